@@ -1,0 +1,153 @@
+"""``ozaki.matmul``: numpy.matmul's semantics around the emulated product.
+
+Operands are validated and promoted to float64, 1-D operands and batch dimensions are
+handled as numpy does, NaN and ±Inf are placed where numpy's matmul puts them, and each
+finite 2-D product goes through :func:`ozaki.pipeline.emulated_matmul`.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+import torch
+
+from .pipeline import ENGINES, emulated_matmul
+
+__all__ = ["matmul"]
+
+_MAX_FIXED_BITS = 2200  # past every float64 exponent span: fixed bits beyond it change nothing
+
+
+def _check_accuracy(accuracy) -> None:
+    if isinstance(accuracy, str):
+        if accuracy in ("fp64", "exact"):
+            return
+    elif isinstance(accuracy, numbers.Integral) and not isinstance(accuracy, bool):
+        if 1 <= accuracy <= _MAX_FIXED_BITS:
+            return
+        raise ValueError(f"accuracy={accuracy}: a number of input bits must lie in [1, {_MAX_FIXED_BITS}]")
+    raise ValueError(f"accuracy={accuracy!r} is not one of 'fp64', 'exact' or a number of input bits (int)")
+
+
+def _as_float64_tensor(x, name: str, device: torch.device | None) -> torch.Tensor:
+    if isinstance(x, torch.Tensor):
+        t = x
+    else:
+        array = np.asarray(x)
+        if array.dtype.kind not in "biufc":
+            raise TypeError(f"{name} has dtype {array.dtype}; ozaki.matmul takes numeric arrays")
+        if array.dtype.kind == "c":
+            raise TypeError(f"{name} is complex ({array.dtype}): complex products are not supported yet")
+        t = torch.from_numpy(np.ascontiguousarray(array, dtype=np.float64))
+    if t.is_complex():
+        raise TypeError(f"{name} is complex ({t.dtype}): complex products are not supported yet")
+    if device is not None and t.device != device:
+        raise ValueError(f"operands are on different devices ({device} and {t.device}); move them to one device")
+    if t.dim() == 0:
+        raise ValueError(f"{name} is a scalar; matmul needs operands with at least one dimension (use * for scalars)")
+    return t.to(torch.float64)
+
+
+def _nonfinite_pattern(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Where numpy's matmul gives NaN, +inf and −inf because an input is NaN or infinite.
+
+    A term a·b is NaN when either factor is NaN or it is 0·inf; it is ±inf when a factor is
+    infinite and the other non-zero.  A sum is NaN with a NaN term or with both +inf and
+    −inf terms.  0/1 indicator products count the terms (a positive count is exact in float32).
+    """
+
+    def count(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.matmul(x.to(torch.float32), y.to(torch.float32)) > 0
+
+    finite_a, finite_b = a.isfinite(), b.isfinite()
+    nan_term = (
+        a.isnan().any(dim=-1)[..., :, None]
+        | b.isnan().any(dim=-2)[..., None, :]
+        | count(a.isinf(), b == 0)
+        | count(a == 0, b.isinf())
+    )
+    pos_a, neg_a, pos_b, neg_b = a > 0, a < 0, b > 0, b < 0
+    posinf_a, neginf_a, posinf_b, neginf_b = a == np.inf, a == -np.inf, b == np.inf, b == -np.inf
+    posinf = count(posinf_a, pos_b) | count(neginf_a, neg_b) | count(pos_a & finite_a, posinf_b) | count(neg_a & finite_a, neginf_b)
+    neginf = count(posinf_a, neg_b) | count(neginf_a, pos_b) | count(pos_a & finite_a, neginf_b) | count(neg_a & finite_a, posinf_b)
+    nan = nan_term | (posinf & neginf)
+    return nan, posinf & ~nan, neginf & ~nan
+
+
+def _matmul_2d_batch(a: torch.Tensor, b: torch.Tensor, accuracy, engine: str) -> torch.Tensor:
+    """a (..., M, K) @ b (..., K, N) with equal batch shapes, float64, finite."""
+    out = torch.empty((*a.shape[:-1], b.shape[-1]), dtype=torch.float64, device=a.device)
+    if out.numel() == 0:
+        return out
+    if a.shape[-1] == 0:
+        return out.zero_()
+    flat_a, flat_b, flat_out = a.reshape(-1, *a.shape[-2:]), b.reshape(-1, *b.shape[-2:]), out.view(-1, *out.shape[-2:])
+    for index in range(flat_out.shape[0]):
+        flat_out[index] = emulated_matmul(flat_a[index], flat_b[index], accuracy=accuracy, engine=engine)
+    return out
+
+
+def matmul(a, b, *, accuracy="fp64", engine: str = "auto"):
+    """The float64 matrix product a @ b, emulated with the Ozaki scheme II.
+
+    Semantics are ``numpy.matmul``'s: 1-D operands are promoted to a row/column and the
+    added axis removed afterwards, leading (batch) dimensions broadcast.  numpy (or array-like)
+    operands give a numpy array, torch tensors give a torch tensor on their device.  Integer,
+    boolean and lower-precision float inputs are promoted to float64; complex raises TypeError.
+
+    accuracy:
+        ``"fp64"`` (default): each entry keeps a componentwise relative error of at most
+        2^-55 after scaling, so |Ĉ − C| ≤ 2^-54·(|A||B|) + u·|C| (u = 2^-53), within DGEMM's
+        worst-case bound u|C| + K·u·(|A||B|); the bits per row follow from the inputs' exponent spread.
+        ``"exact"``: the correctly rounded (nearest, ties to even) value of the exact product.
+        ``int`` b: fast mode with b bits per row; |Ĉ − C| ≤ 2^-b·(max|A_i:|·Σ|B_:j| +
+        Σ|A_i:|·max|B_:j|) + 4^-b·K·max|A_i:|·max|B_:j| + u|C| elementwise.
+    engine:
+        ``"auto"`` (fastest exact engine for the device), ``"reference"`` (float64 BLAS on residues),
+        or a plan engine ``"int8"``, ``"fp8"``, ``"fp4"``. All engines return the same bits.
+
+    NaN and ±Inf inputs give NaN/±Inf exactly where numpy's matmul does; finite results beyond
+    the float64 range become ±inf; an exact zero is +0.0.
+    """
+    _check_accuracy(accuracy)
+    if engine not in ENGINES:
+        raise ValueError(f"engine={engine!r} is not one of {', '.join(map(repr, ENGINES))}")
+    torch_out = isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor)
+    device = next((x.device for x in (a, b) if isinstance(x, torch.Tensor)), None)
+    ta = _as_float64_tensor(a, "a", device)
+    tb = _as_float64_tensor(b, "b", ta.device if device is None else device)
+    shape_a, shape_b = tuple(ta.shape), tuple(tb.shape)
+
+    vector_a, vector_b = ta.dim() == 1, tb.dim() == 1
+    if vector_a:
+        ta = ta[None, :]
+    if vector_b:
+        tb = tb[:, None]
+    if ta.shape[-1] != tb.shape[-2]:
+        raise ValueError(
+            f"matmul: shapes {shape_a} and {shape_b} do not match: the last axis of a ({ta.shape[-1]}) "
+            f"must equal the {'only' if vector_b else 'second-to-last'} axis of b ({tb.shape[-2]})"
+        )
+    try:
+        batch = torch.broadcast_shapes(ta.shape[:-2], tb.shape[:-2])
+    except RuntimeError:
+        raise ValueError(f"matmul: batch dimensions of shapes {shape_a} and {shape_b} do not broadcast") from None
+    ta = ta.expand(*batch, *ta.shape[-2:])
+    tb = tb.expand(*batch, *tb.shape[-2:])
+
+    finite = bool(ta.isfinite().all()) and bool(tb.isfinite().all())
+    if finite:
+        out = _matmul_2d_batch(ta, tb, accuracy, engine)
+    else:
+        # The finite terms go through the emulation; NaN/Inf positions are overlaid after.
+        zeroed_a, zeroed_b = (torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0) for x in (ta, tb))
+        out = _matmul_2d_batch(zeroed_a, zeroed_b, accuracy, engine)
+        nan, posinf, neginf = _nonfinite_pattern(ta, tb)
+        out = torch.where(nan, torch.nan, torch.where(posinf, torch.inf, torch.where(neginf, -torch.inf, out)))
+
+    if vector_a:
+        out = out.squeeze(-2)
+    if vector_b:
+        out = out.squeeze(-1)
+    return out if torch_out else out.cpu().numpy()

@@ -1,0 +1,105 @@
+"""The Ozaki scheme II on one pair of finite float64 matrices: the algorithm, stage by stage.
+
+The result is the correctly rounded value of the exact product of the *quantized* inputs
+A', B'; every engine computes the same integers and so returns the same bits.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Union
+
+import torch
+
+from . import catalog
+from .crt import garner, round_to_float64
+from .formats import Encoding
+from .products import direct_products, plane_products
+from .residues import reference_moduli, residues
+from .scaling import exact_bits, fixed_bits, fp64_bits, scale_rows
+
+__all__ = ["ENGINES", "Moduli", "choose_moduli", "emulated_matmul", "row_bits"]
+
+log = logging.getLogger("ozaki")
+
+Accuracy = Union[str, int]
+PLAN_ENGINES = ("int8", "fp8", "fp4")
+ENGINES = ("auto", "reference", *PLAN_ENGINES)
+
+
+@dataclass(frozen=True)
+class Moduli:
+    """The moduli of one product and, for a plan engine, the encoding of each."""
+
+    moduli: tuple[int, ...]
+    encodings: tuple[Encoding, ...] | None  # None: direct float64 products
+    engine: str
+
+
+def row_bits(x: torch.Tensor, accuracy: Accuracy) -> torch.Tensor:
+    """Bits kept per row of x for the requested accuracy (see :mod:`ozaki.scaling`)."""
+    if accuracy == "fp64":
+        return fp64_bits(x)
+    if accuracy == "exact":
+        return exact_bits(x)
+    return fixed_bits(x, accuracy)
+
+
+def _plan_moduli(digits: str, min_product: int) -> Moduli | None:
+    for plan in catalog.plans_for(digits):
+        if plan.capacity > min_product:
+            encodings = tuple(catalog.encoding(name) for _, name in plan.moduli)
+            return Moduli(tuple(m for m, _ in plan.moduli), encodings, digits)
+    return None
+
+
+def choose_moduli(engine: str, k: int, min_product: int, device: torch.device) -> Moduli:
+    """Moduli with ∏m > min_product for the engine; ``auto`` takes the fastest exact engine
+    the device has (a plan engine on CUDA, the float64 reference on the CPU)."""
+    if engine in PLAN_ENGINES:
+        chosen = _plan_moduli(engine, min_product)
+        if chosen is None:
+            raise ValueError(
+                f"no {engine!r} plan in the catalog has capacity above 2^{min_product.bit_length() - 1} "
+                f"(needed for these inputs with K = {k}); add one with `ozaki-search plan --digits {engine} "
+                f"--input-bits N --k-max K` or use engine='reference'"
+            )
+        return chosen
+    if engine == "auto" and device.type == "cuda":
+        chosen = _plan_moduli("int8", min_product)
+        if chosen is not None:
+            return chosen
+        log.debug("no int8 plan reaches 2^%d: using the reference engine", min_product.bit_length() - 1)
+    return Moduli(reference_moduli(k, min_product), None, "reference")
+
+
+def emulated_matmul(a: torch.Tensor, b: torch.Tensor, *, accuracy: Accuracy = "fp64", engine: str = "auto") -> torch.Tensor:
+    """C = A·B for finite float64 a (M, K) and b (K, N), K ≥ 1, on a's device."""
+    k = a.shape[-1]
+
+    # 1. Scale: A' = round(diag(2^s) A), B' = round(B diag(2^t)), |A'| ≤ 2^p, |B'| ≤ 2^q.
+    bt = b.transpose(-1, -2)
+    sa = scale_rows(a, row_bits(a, accuracy))
+    sb = scale_rows(bt, row_bits(bt, accuracy))
+    p = int(sa.bits.max()) if sa.bits.numel() else 0
+    q = int(sb.bits.max()) if sb.bits.numel() else 0
+
+    # |A'B'| ≤ K·2^p·2^q, and the CRT recovers it exactly when ∏m > 2·K·2^p·2^q.
+    plan = choose_moduli(engine, k, 2 * k << (p + q), a.device)
+    log.debug("engine %s: p=%d q=%d K=%d, %d moduli", plan.engine, p, q, k, len(plan.moduli))
+
+    # 2. Residues: A'_i = A' mod m_i, B'_i = B' mod m_i.
+    ra = residues(sa, plan.moduli)
+    rb = residues(sb, plan.moduli).transpose(-1, -2)
+
+    # 3. Products: C'_i = A'_i · B'_i mod m_i, each exact.
+    if plan.encodings is None:
+        c = direct_products(ra, rb, plan.moduli)
+    else:
+        c = plane_products(ra, rb, plan.encodings)
+
+    # 4–5. CRT and unscale: C = diag(2^-s) C' diag(2^-t), rounded once.
+    exponent = -(sa.shift[..., :, None] + sb.shift[..., None, :])
+    return round_to_float64(garner(c, plan.moduli), plan.moduli, exponent)
+

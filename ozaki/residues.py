@@ -24,6 +24,7 @@ __all__ = ["balanced", "reference_moduli", "residues", "FLOAT64_EXACT"]
 
 # float64 sums are exact while every partial sum is an integer below 2^53.
 FLOAT64_EXACT = 2**53
+_MAX_HALF = 2**21 - 1
 
 
 def balanced(r: torch.Tensor, m: int) -> torch.Tensor:
@@ -55,10 +56,11 @@ def residues(s: Scaled, moduli: Sequence[int]) -> torch.Tensor:
 
 def reference_moduli(k: int, min_product: int) -> tuple[int, ...]:
     """Primes m, largest first, with K·⌊m/2⌋² < 2^53 (a float64 GEMM of balanced residues is
-    then exact in any summation order) and ∏m > min_product."""
+    then exact in any summation order) and ∏m > min_product.  They stay below 2^22, which keeps
+    the CRT's float64 sums exact for up to 512 moduli (over 10000 bits)."""
     if k < 1:
         raise ValueError(f"K must be positive, got {k}")
-    half = math.isqrt((FLOAT64_EXACT - 1) // k)  # the largest ⌊m/2⌋ with K·⌊m/2⌋² < 2^53
+    half = min(math.isqrt((FLOAT64_EXACT - 1) // k), _MAX_HALF)  # the largest ⌊m/2⌋ with K·⌊m/2⌋² < 2^53
     if half < 1:
         raise ValueError(f"K = {k} is too long for exact float64 residue products (needs K < 2^53)")
     count = 1

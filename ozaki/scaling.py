@@ -53,21 +53,25 @@ def _decompose(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return mantissa, exponent.to(torch.int64) - _MANTISSA_BITS
 
 
+def _top(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row, the smallest integer ``top`` with every |x| < 2^top, and whether the row
+    has a non-zero entry."""
+    row_max = x.abs().amax(dim=-1)
+    return torch.frexp(row_max)[1].to(torch.int64), row_max > 0
+
+
 def _row_extents(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per row: ``top`` (every |x| < 2^top), ``low_top`` (the smallest frexp exponent of a
-    non-zero entry), ``lowest_bit`` (the weight of the lowest set bit of any entry) and
-    whether the row has a non-zero entry at all."""
+    """Per row: ``top``, ``low_top`` (the smallest frexp exponent of a non-zero entry),
+    ``lowest_bit`` (the weight of the lowest set bit of any entry) and whether the row has a
+    non-zero entry at all."""
     mantissa, exponent = _decompose(x)
     nonzero = mantissa != 0
-    frexp_exponent = exponent + _MANTISSA_BITS
-    big, small = torch.iinfo(torch.int64).max // 4, torch.iinfo(torch.int64).min // 4
-    top = torch.where(nonzero, frexp_exponent, small).amax(dim=-1)
-    low_top = torch.where(nonzero, frexp_exponent, big).amin(dim=-1)
+    big = torch.iinfo(torch.int64).max // 4
+    low_top = torch.where(nonzero, exponent + _MANTISSA_BITS, big).amin(dim=-1)
     # The lowest set bit of m is m & -m, a power of two that float64 holds exactly.
     lowest = torch.frexp((mantissa & -mantissa).to(torch.float64))[1].to(torch.int64) - 1 + exponent
     lowest_bit = torch.where(nonzero, lowest, big).amin(dim=-1)
-    has_nonzero = nonzero.any(dim=-1)
-    return top, low_top, lowest_bit, has_nonzero
+    return _top(x)[0], low_top, lowest_bit, nonzero.any(dim=-1)
 
 
 def exact_bits(x: torch.Tensor) -> torch.Tensor:
@@ -109,7 +113,7 @@ def scale_rows(x: torch.Tensor, bits: torch.Tensor) -> Scaled:
         raise ValueError(f"bits has shape {tuple(bits.shape)}, expected one entry per row {tuple(x.shape[:-1])}")
     if bits.numel() and int(bits.min()) < 0:
         raise ValueError("bits per row must be non-negative")
-    top, _, _, has_nonzero = _row_extents(x)
+    top, has_nonzero = _top(x)
     shift = torch.where(has_nonzero, bits - top, 0)
     mantissa, exponent = _decompose(x)
     scaled_exponent = exponent + shift[..., None]

@@ -36,13 +36,22 @@ def _check_float64_exact(k: int, max_a: int, max_b: int, what: str) -> None:
 
 
 def direct_products(ra: torch.Tensor, rb: torch.Tensor, moduli: Sequence[int]) -> torch.Tensor:
-    """C'_i for balanced residues ra (N, ..., M, K) and rb (N, ..., K, Nc); int64 in [0, m_i)."""
+    """C'_i for balanced residues ra (N, ..., M, K) and rb (N, ..., K, Nc); int64 in [0, m_i).
+
+    K is cut into chunks with K_chunk·⌊m/2⌋² < 2^53, each an exact float64 GEMM; the chunks
+    are added mod m in order.
+    """
     k = ra.shape[-1]
     out = []
     for i, m in enumerate(moduli):
-        _check_float64_exact(k, m // 2, m // 2, f"residue product mod {m}")
-        c = torch.matmul(ra[i].to(torch.float64), rb[i].to(torch.float64))
-        out.append(torch.remainder(c.to(torch.int64), m))
+        chunk = max(1, (FLOAT64_EXACT - 1) // max(1, (m // 2) ** 2))
+        _check_float64_exact(min(k, chunk), m // 2, m // 2, f"residue product mod {m}")
+        a, b = ra[i].to(torch.float64), rb[i].to(torch.float64)
+        c = None
+        for start in range(0, k, chunk):
+            part = torch.matmul(a[..., start : start + chunk], b[..., start : start + chunk, :]).to(torch.int64)
+            c = part if c is None else c + torch.remainder(part, m)
+        out.append(torch.remainder(c, m))
     return torch.stack(out)
 
 

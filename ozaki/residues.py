@@ -25,12 +25,13 @@ __all__ = ["balanced", "reference_moduli", "residues", "FLOAT64_EXACT"]
 # float64 sums are exact while every partial sum is an integer below 2^53.
 FLOAT64_EXACT = 2**53
 _MAX_HALF = 2**21 - 1
+_MAX_CHUNK = 2**16
 
 
 def balanced(r: torch.Tensor, m: int) -> torch.Tensor:
     """The representative of r mod m in [−⌊m/2⌋, m − 1 − ⌊m/2⌋]."""
-    half = m // 2
-    return torch.remainder(r + half, m) - half
+    r = torch.remainder(r, m)
+    return torch.where(r > m - 1 - m // 2, r - m, r)
 
 
 @cache
@@ -45,24 +46,25 @@ def residues(s: Scaled, moduli: Sequence[int]) -> torch.Tensor:
     for index, m in enumerate(moduli):
         if not 2 <= m < 2**31:
             raise ValueError(f"modulus {m} outside [2, 2^31): residues are multiplied in int64")
-        r = torch.remainder(s.mantissa, m)
+        r = s.mantissa
         if max_exponent > 0:
             # Rows keep more than 53 bits: multiply by 2^exponent mod m, looked up per entry.
             table = torch.tensor(_powers_of_two(m, max_exponent + 1), dtype=torch.int64, device=r.device)
-            r = torch.remainder(r * table[s.exponent], m)
+            r = torch.remainder(r, m) * table[s.exponent]
         out[index] = balanced(r, m)
     return out
 
 
 def reference_moduli(k: int, min_product: int) -> tuple[int, ...]:
-    """Primes m, largest first, with K·⌊m/2⌋² < 2^53 (a float64 GEMM of balanced residues is
-    then exact in any summation order) and ∏m > min_product.  They stay below 2^22, which keeps
+    """Primes m, largest first, with min(K, 2^16)·⌊m/2⌋² < 2^53 (a float64 GEMM of balanced
+    residues over that many terms is exact in any summation order) and ∏m > min_product.  They stay below 2^22, which keeps
     the CRT's float64 sums exact for up to 512 moduli (over 10000 bits)."""
     if k < 1:
         raise ValueError(f"K must be positive, got {k}")
+    # Longer K is cut into chunks of _MAX_CHUNK (see products.direct_products) rather than
+    # shrinking the moduli further.
+    k = min(k, _MAX_CHUNK)
     half = min(math.isqrt((FLOAT64_EXACT - 1) // k), _MAX_HALF)  # the largest ⌊m/2⌋ with K·⌊m/2⌋² < 2^53
-    if half < 1:
-        raise ValueError(f"K = {k} is too long for exact float64 residue products (needs K < 2^53)")
     count = 1
     while math.prod(moduli := _primes_below(2 * half + 1, count)) <= min_product:
         count += 1

@@ -70,33 +70,32 @@ def garner(c: torch.Tensor, moduli: Sequence[int]) -> torch.Tensor:
 
 
 def signed_limbs(digits: torch.Tensor, moduli: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
-    """|Y| as little-endian 21-bit limbs (shape (L, ...)) and the sign (True where Y < 0)."""
+    """|Y| as little-endian 21-bit limbs (shape (L, ...)) and the sign (True where Y < 0).
+
+    Needs |Y| < M/4 (the pipeline asks for ∏m > 4·K·2^p·2^q): then X/M lies below ¼ or
+    above ¾, and a float64 estimate of X/M, good to N·2^-52, tells the sign unambiguously.
+    """
     _check_moduli(moduli)
     modulus = math.prod(moduli)
     weights = _radix_weights(moduli)
-    # X > ⌊M/2⌋ (so Y = X − M < 0): compare the mixed-radix digits from the top.
-    half, half_digits = modulus // 2, []
-    for m in moduli:
-        half, digit = divmod(half, m)
-        half_digits.append(digit)
-    greater = torch.zeros(digits.shape[1:], dtype=torch.bool, device=digits.device)
-    equal = torch.ones_like(greater)
-    for v, h in zip(reversed(digits), reversed(half_digits)):
-        greater |= equal & (v > h)
-        equal &= v == h
-    negative = greater
-    # M − X = Σ (m_i − 1 − v_i)·P_i + 1: complement the digits, add the 1 to the lowest limb.
-    top = torch.tensor([m - 1 for m in moduli], dtype=torch.int64, device=digits.device)
-    top = top.reshape(-1, *([1] * (digits.dim() - 1)))
-    magnitude = torch.where(negative, top - digits, digits)
-    # Limb c of |Y| before carries: Σ_i w_i·(limb c of P_i), each term < 2^(31 + 21).
+    v = digits.to(torch.float64)
+    # X/M = Σ_i v_i·P_i/M (Python's int/int division rounds each weight once).
+    fractions = torch.tensor([w / modulus for w in weights], dtype=torch.float64, device=v.device)
+    estimate = torch.tensordot(fractions, v, dims=1)
+    if bool(((estimate > 0.25) & (estimate < 0.75)).any()):
+        raise ValueError("a CRT value reaches M/4 in magnitude: the moduli's capacity is too small for these products")
+    negative = estimate > 0.5
+    # Limb c of X before carries: Σ_i v_i·(limb c of P_i), each term below 2^(31 + 21).
     count = modulus.bit_length() // LIMB_BITS + 1
     chunks = [[(w >> (LIMB_BITS * c)) & _LIMB_MASK for w in weights] for c in range(count)]
-    chunks = torch.tensor(chunks, dtype=torch.float64, device=digits.device)
-    limbs = torch.tensordot(chunks, magnitude.to(torch.float64), dims=1).to(torch.int64)
-    limbs[0] += negative
+    chunks = torch.tensor(chunks, dtype=torch.float64, device=v.device)
+    limbs = torch.tensordot(chunks, v, dims=1).to(torch.int64)
+    # |Y| = M − X where negative; borrows are settled by the signed carries below.
+    modulus_limbs = [(modulus >> (LIMB_BITS * c)) & _LIMB_MASK for c in range(count)]
+    for c in range(count):
+        limbs[c] = torch.where(negative, modulus_limbs[c] - limbs[c], limbs[c])
     for c in range(count - 1):
-        limbs[c + 1] += limbs[c] >> LIMB_BITS
+        limbs[c + 1] += limbs[c] >> LIMB_BITS  # arithmetic shift: a negative limb borrows
         limbs[c] &= _LIMB_MASK
     return limbs, negative
 
@@ -110,41 +109,41 @@ def round_to_float64(digits: torch.Tensor, moduli: Sequence[int], exponent: torc
     """Y · 2^exponent rounded to float64 (nearest, ties to even), Y the signed CRT integer.
 
     Only the top four limbs (84 bits) can hold the 53 kept bits and the rounding bit; every
-    lower limb only matters through the sticky bit.  An exact zero gives +0.0.
+    lower limb only matters through the sticky bit.  An exact zero gives +0.0.  Needs
+    |Y| < M/4 (see :func:`signed_limbs`).
     """
     limbs, negative = signed_limbs(digits, moduli)
-    # Three zero limbs below the lowest make the four-limb window exist for every value.
-    pad = torch.zeros((3, *limbs.shape[1:]), dtype=torch.int64, device=limbs.device)
-    limbs = torch.cat([pad, limbs])
-    exponent = exponent.to(torch.int64).expand(limbs.shape[1:]) - 3 * LIMB_BITS
     count = limbs.shape[0]
+    exponent = exponent.to(torch.int64).expand(limbs.shape[1:])
 
     nonzero = limbs != 0
     positions = torch.arange(count, device=limbs.device).reshape(count, *([1] * (limbs.dim() - 1)))
-    top = torch.where(nonzero, positions, 3).amax(dim=0)  # a zero value reads the (zero) bottom window
-    window = torch.gather(limbs, 0, torch.stack([top - 3, top - 2, top - 1, top]))
+    top = torch.where(nonzero, positions, 0).amax(dim=0)
+    bottom = (top - 3).clamp(min=0)  # the window: limbs bottom … bottom + 3
+    window = torch.gather(limbs, 0, torch.stack([bottom, bottom + 1, bottom + 2, bottom + 3]).clamp(max=count - 1))
+    window[1:] *= (torch.arange(1, 4, device=limbs.device).reshape(3, *([1] * (limbs.dim() - 1))) + bottom) < count
     high = (window[3] << LIMB_BITS) | window[2]  # bits 42…83 of the window
     low = (window[1] << LIMB_BITS) | window[0]  # bits 0…41
     below = nonzero.sum(dim=0) > (window != 0).sum(dim=0)  # a set bit under the window
 
-    # |Y| has `length` bits; drop the lowest `drop` of the window's bits so 53 remain, more
+    # |Y| has `length` bits; drop the window's lowest `drop` bits so that 53 remain, more
     # where the result is subnormal (its last bit may weigh no less than 2^-1074).
-    base = LIMB_BITS * (top - 3)
-    length = LIMB_BITS * top + torch.frexp(window[3].to(torch.float64))[1].to(torch.int64)
-    drop = torch.maximum(length - 53, -1074 - exponent) - base
-    drop = drop.clamp(min=1, max=4 * LIMB_BITS + 1)  # ≥ 11 for a non-zero value; 85 drops all
+    base = LIMB_BITS * bottom
+    top_limb = torch.gather(limbs, 0, top.unsqueeze(0)).squeeze(0)
+    length = LIMB_BITS * top + torch.frexp(top_limb.to(torch.float64))[1].to(torch.int64)
+    drop = (torch.maximum(length - 53, -1074 - exponent) - base).clamp(min=0, max=4 * LIMB_BITS + 1)
     high_part = drop >= 2 * LIMB_BITS
     kept = torch.where(
         high_part,
-        high >> (drop - 2 * LIMB_BITS).clamp(max=63),
+        high >> (drop - 2 * LIMB_BITS).clamp(0, 63),
         (high << (2 * LIMB_BITS - drop).clamp(min=0)) | (low >> drop.clamp(max=63)),
     )
     half_position = drop - 1
     half_bit = torch.where(
         half_position >= 2 * LIMB_BITS,
         high >> (half_position - 2 * LIMB_BITS).clamp(0, 63),
-        low >> half_position.clamp(max=63),
-    ) & 1
+        low >> half_position.clamp(0, 63),
+    ) & (half_position >= 0)
     sticky = below | torch.where(
         half_position >= 2 * LIMB_BITS,
         (low != 0) | (_low_bits(high, (half_position - 2 * LIMB_BITS).clamp(0, 63)) != 0),

@@ -85,8 +85,9 @@ def emulated_matmul(a: torch.Tensor, b: torch.Tensor, *, accuracy: Accuracy = "f
     p = int(sa.bits.max()) if sa.bits.numel() else 0
     q = int(sb.bits.max()) if sb.bits.numel() else 0
 
-    # |A'B'| ≤ K·2^p·2^q, and the CRT recovers it exactly when ∏m > 2·K·2^p·2^q.
-    plan = choose_moduli(engine, k, 2 * k << (p + q), a.device)
+    # |A'B'| ≤ K·2^p·2^q; the CRT recovers it exactly when ∏m > 2·K·2^p·2^q, and one more
+    # bit of capacity lets the decode read the sign from a float64 estimate (crt.signed_limbs).
+    plan = choose_moduli(engine, k, 4 * k << (p + q), a.device)
     log.debug("engine %s: p=%d q=%d K=%d, %d moduli", plan.engine, p, q, k, len(plan.moduli))
 
     # 2. Residues: A'_i = A' mod m_i, B'_i = B' mod m_i.

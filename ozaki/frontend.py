@@ -39,6 +39,8 @@ def _as_float64_tensor(x, name: str, device: torch.device | None) -> torch.Tenso
             raise TypeError(f"{name} has dtype {array.dtype}; ozaki.matmul takes numeric arrays")
         if array.dtype.kind == "c":
             raise TypeError(f"{name} is complex ({array.dtype}): complex products are not supported yet")
+        if array.ndim == 0:
+            raise ValueError(f"{name} is a scalar; matmul needs operands with at least one dimension (use * for scalars)")
         t = torch.from_numpy(np.ascontiguousarray(array, dtype=np.float64))
     if t.is_complex():
         raise TypeError(f"{name} is complex ({t.dtype}): complex products are not supported yet")

@@ -1,0 +1,108 @@
+"""`ozaki-check`: bit-equivalence classes, PTX checks and dynamic bit comparison of kernel configurations.
+
+  ozaki-check classes [--json] [--target sm_90|interpreter]
+  ozaki-check ptx [--json] [--kernel NAME ...]
+  ozaki-check run [--json] [--kernel NAME ...] [--seed N]
+
+`run` without a GPU re-executes itself with TRITON_INTERPRET=1, which must be set before any kernel is
+defined (importing kernels.check already defined them).  Exit status 1 when a check fails.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+import torch
+
+__all__ = ["main"]
+
+
+def _interpreted():
+    from triton.runtime.interpreter import InterpretedFunction
+
+    from kernels.tc_sum import _tc_sum_kernel
+
+    return isinstance(_tc_sum_kernel, InterpretedFunction)
+
+
+def _classes(args):
+    from kernels.check.classes import classes, classes_report, families
+
+    if args.json:
+        print(json.dumps(classes_report(args.target), indent=1))
+        return 0
+    for family in families(args.target):
+        print(f"{family.name}: {'exact' if family.exact_reason else 'float'}")
+        print(f"  reason: {family.exact_reason or family.float_reason}")
+        for number, cls in enumerate(classes(family)):
+            print(f"  class {number}: configs {cls}")
+            for index in cls:
+                print(f"    [{index}] {family.configs[index]}")
+            for descriptor in dict.fromkeys(family.descriptors[i] for i in cls):
+                print(f"    descriptor of {[i for i in cls if family.descriptors[i] == descriptor]}:")
+                for key, value in descriptor.to_dict().items():
+                    print(f"      {key}: {value}")
+    return 0
+
+
+def _ptx(args):
+    from kernels.check.ptx import check_ptx
+
+    report = check_ptx(args.kernel or None)
+    if args.json:
+        print(json.dumps(report, indent=1))
+    else:
+        for name, entry in report.items():
+            print(f"{name}: {'ok' if entry['ok'] else 'MISMATCH'}")
+            for row in entry["configs"]:
+                print(f"  [{row['index']}] {row['mma']} {'; '.join(row['problems']) or 'matches descriptor'}")
+            for problem in entry["tree_problems"]:
+                print(f"  tree: {problem}")
+    return 0 if all(e["ok"] for e in report.values()) else 1
+
+
+def _run(args):
+    if not torch.cuda.is_available() and not _interpreted():
+        env = dict(os.environ, TRITON_INTERPRET="1")
+        return subprocess.run([sys.executable, "-m", "kernels.check.cli", *args.argv], env=env,
+                              check=False).returncode
+    from kernels.check.run import run_checks
+
+    report = run_checks(args.kernel or None, seed=args.seed)
+    if args.json:
+        print(json.dumps(report, indent=1))
+    else:
+        for name, entry in report.items():
+            print(f"{name} ({entry['target']}): {'sound' if entry['sound'] else 'UNSOUND'}, classes {entry['classes']}")
+            for kind, groups in entry["observed"].items():
+                print(f"  {kind}: identical bits in {groups}")
+            for violation in entry["violations"]:
+                print(f"  violation: {violation}")
+            print(f"  class pairs seen to differ: {entry['classes_seen_to_differ']}; "
+                  f"never seen to differ: {entry['classes_not_seen_to_differ']}")
+    return 0 if all(e["sound"] for e in report.values()) else 1
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="ozaki-check", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    classes = commands.add_parser("classes", help="bit-equivalence classes of every kernel's configurations")
+    classes.add_argument("--json", action="store_true")
+    classes.add_argument("--target", default="sm_90", choices=("sm_90", "interpreter"))
+    ptx = commands.add_parser("ptx", help="compile for sm_90 and match the PTX to each descriptor")
+    ptx.add_argument("--json", action="store_true")
+    ptx.add_argument("--kernel", action="append", help="a kernel family, e.g. tc_sum.float16 (repeatable)")
+    run = commands.add_parser("run", help="compare bits of all configurations on probe inputs")
+    run.add_argument("--json", action="store_true")
+    run.add_argument("--kernel", action="append", help="a kernel family, e.g. modular_matmul.e4m3 (repeatable)")
+    run.add_argument("--seed", type=int, default=0)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parser.parse_args(argv)
+    args.argv = argv
+    return {"classes": _classes, "ptx": _ptx, "run": _run}[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -90,17 +90,39 @@ def emulated_matmul(a: torch.Tensor, b: torch.Tensor, *, accuracy: Accuracy = "f
     plan = choose_moduli(engine, k, 4 * k << (p + q), a.device)
     log.debug("engine %s: p=%d q=%d K=%d, %d moduli", plan.engine, p, q, k, len(plan.moduli))
 
-    # 2. Residues: A'_i = A' mod m_i, B'_i = B' mod m_i.
-    ra = residues(sa, plan.moduli)
-    rb = residues(sb, plan.moduli).transpose(-1, -2)
-
-    # 3. Products: C'_i = A'_i · B'_i mod m_i, each exact.
-    if plan.encodings is None:
-        c = direct_products(ra, rb, plan.moduli)
+    if plan.encodings is not None and a.is_cuda:
+        # 2–3 fused on the GPU: one pass per operand writes every modulus' digit planes,
+        # one grouped launch computes every C'_i.
+        c = _gpu_plane_products(a, bt, sa.bits, sb.bits, plan.encodings)
     else:
-        c = plane_products(ra, rb, plan.encodings)
+        # 2. Residues: A'_i = A' mod m_i, B'_i = B' mod m_i.
+        ra = residues(sa, plan.moduli)
+        rb = residues(sb, plan.moduli).transpose(-1, -2)
+
+        # 3. Products: C'_i = A'_i · B'_i mod m_i, each exact.
+        if plan.encodings is None:
+            c = direct_products(ra, rb, plan.moduli)
+        else:
+            c = plane_products(ra, rb, plan.encodings)
 
     # 4–5. CRT and unscale: C = diag(2^-s) C' diag(2^-t), rounded once.
     exponent = -(sa.shift[..., :, None] + sb.shift[..., None, :])
     return round_to_float64(garner(c, plan.moduli), plan.moduli, exponent)
 
+
+
+def _gpu_plane_products(a: torch.Tensor, bt: torch.Tensor, bits_a: torch.Tensor, bits_b: torch.Tensor,
+                        encodings: tuple[Encoding, ...]) -> torch.Tensor:
+    # Triton is needed on the GPU path only.
+    from kernels.encode import encode_planes  # noqa: PLC0415
+    from kernels.modular import grouped_modular_matmul  # noqa: PLC0415
+
+    planes_a = encode_planes(a, bits_a, encodings, "a")
+    planes_b = encode_planes(bt.contiguous(), bits_b, encodings, "b")
+    groups, start = [], 0
+    for encoding in encodings:
+        stop = start + len(encoding.planes)
+        coefficients = [plane.coefficient for plane in encoding.planes]
+        groups.append((planes_a[start:stop], planes_b[start:stop], coefficients, encoding.modulus))
+        start = stop
+    return grouped_modular_matmul(groups, digits=encodings[0].digits)

@@ -14,9 +14,16 @@ import torch
 
 from .pipeline import ENGINES, emulated_matmul
 
-__all__ = ["matmul"]
+__all__ = ["check_options", "matmul"]
 
 _MAX_FIXED_BITS = 2200  # past every float64 exponent span: fixed bits beyond it change nothing
+
+
+def check_options(accuracy, engine) -> None:
+    """ValueError naming the allowed values unless ``accuracy`` and ``engine`` are valid."""
+    _check_accuracy(accuracy)
+    if engine not in ENGINES:
+        raise ValueError(f"engine={engine!r} is not one of {', '.join(map(repr, ENGINES))}")
 
 
 def _check_accuracy(accuracy) -> None:
@@ -112,9 +119,7 @@ def matmul(a, b, *, accuracy="fp64", engine: str = "auto"):
     NaN and ±Inf inputs give NaN/±Inf exactly where numpy's matmul does; finite results beyond
     the float64 range become ±inf; an exact zero is +0.0.
     """
-    _check_accuracy(accuracy)
-    if engine not in ENGINES:
-        raise ValueError(f"engine={engine!r} is not one of {', '.join(map(repr, ENGINES))}")
+    check_options(accuracy, engine)
     torch_out = isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor)
     device = next((x.device for x in (a, b) if isinstance(x, torch.Tensor)), None)
     ta = _as_float64_tensor(a, "a", device)

@@ -6,8 +6,11 @@ A', B'; every engine computes the same integers and so returns the same bits.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import threading
+import time
 from dataclasses import dataclass
 from typing import Union
 
@@ -20,7 +23,7 @@ from .products import direct_products, plane_products
 from .residues import reference_moduli, residues
 from .scaling import exact_bits, fixed_bits, fp64_bits, scale_rows
 
-__all__ = ["ENGINES", "Moduli", "choose_moduli", "emulated_matmul", "row_bits"]
+__all__ = ["ENGINES", "Moduli", "choose_moduli", "emulated_matmul", "row_bits", "stage_times"]
 
 log = logging.getLogger("ozaki")
 
@@ -77,39 +80,77 @@ def choose_moduli(engine: str, k: int, min_product: int, device: torch.device) -
 
 def emulated_matmul(a: torch.Tensor, b: torch.Tensor, *, accuracy: Accuracy = "fp64", engine: str = "auto") -> torch.Tensor:
     """C = A·B for finite float64 a (M, K) and b (K, N), K ≥ 1, on a's device."""
-    k = a.shape[-1]
-
-    # 1. Scale: A' = round(diag(2^s) A), B' = round(B diag(2^t)), |A'| ≤ 2^p, |B'| ≤ 2^q.
+    k, device = a.shape[-1], a.device
     bt = b.transpose(-1, -2)
-    sa = scale_rows(a, row_bits(a, accuracy))
-    sb = scale_rows(bt, row_bits(bt, accuracy))
-    p = int(sa.bits.max()) if sa.bits.numel() else 0
-    q = int(sb.bits.max()) if sb.bits.numel() else 0
+    fused = False
 
-    # |A'B'| ≤ K·2^p·2^q; the CRT recovers it exactly when ∏m > 2·K·2^p·2^q, and one more
-    # bit of capacity lets the decode read the sign from a float64 estimate (crt.signed_limbs).
-    plan = choose_moduli(engine, k, 4 * k << (p + q), a.device)
-    log.debug("engine %s: p=%d q=%d K=%d, %d moduli", plan.engine, p, q, k, len(plan.moduli))
+    with _stage("encode", device):
+        # 1. Scale: A' = round(diag(2^s) A), B' = round(B diag(2^t)), |A'| ≤ 2^p, |B'| ≤ 2^q.
+        sa = scale_rows(a, row_bits(a, accuracy))
+        sb = scale_rows(bt, row_bits(bt, accuracy))
+        p = int(sa.bits.max()) if sa.bits.numel() else 0
+        q = int(sb.bits.max()) if sb.bits.numel() else 0
 
-    if plan.encodings is not None and _kernels_available(a.device):
-        # 2–3 fused in Triton: one pass per operand writes every modulus' digit planes,
-        # one grouped launch computes every C'_i.
-        c = _kernel_plane_products(a, bt, sa.bits, sb.bits, plan.encodings)
-    else:
-        # 2. Residues: A'_i = A' mod m_i, B'_i = B' mod m_i.
-        ra = residues(sa, plan.moduli)
-        rb = residues(sb, plan.moduli).transpose(-1, -2)
+        # |A'B'| ≤ K·2^p·2^q; the CRT recovers it exactly when ∏m > 2·K·2^p·2^q, and one more
+        # bit of capacity lets the decode read the sign from a float64 estimate (crt.signed_limbs).
+        plan = choose_moduli(engine, k, 4 * k << (p + q), device)
+        log.debug("engine %s: p=%d q=%d K=%d, %d moduli", plan.engine, p, q, k, len(plan.moduli))
 
+        # 2. Residues: A'_i = A' mod m_i, B'_i = B' mod m_i — in Triton straight to each
+        #    modulus' digit planes, one pass per operand.
+        fused = plan.encodings is not None and _kernels_available(device)
+        if fused:
+            planes_a, planes_b = _encode_planes(a, bt, sa.bits, sb.bits, plan.encodings)
+        else:
+            ra = residues(sa, plan.moduli)
+            rb = residues(sb, plan.moduli).transpose(-1, -2)
+
+    with _stage("products", device):
         # 3. Products: C'_i = A'_i · B'_i mod m_i, each exact.
-        if plan.encodings is None:
+        if fused:
+            c = _grouped_plane_products(planes_a, planes_b, plan.encodings)
+        elif plan.encodings is None:
             c = direct_products(ra, rb, plan.moduli)
         else:
             c = plane_products(ra, rb, plan.encodings)
 
-    # 4–5. CRT and unscale: C = diag(2^-s) C' diag(2^-t), rounded once.
-    exponent = -(sa.shift[..., :, None] + sb.shift[..., None, :])
-    return round_to_float64(garner(c, plan.moduli), plan.moduli, exponent)
+    with _stage("decode", device):
+        # 4–5. CRT and unscale: C = diag(2^-s) C' diag(2^-t), rounded once.
+        exponent = -(sa.shift[..., :, None] + sb.shift[..., None, :])
+        return round_to_float64(garner(c, plan.moduli), plan.moduli, exponent)
 
+
+_timing = threading.local()
+
+
+@contextlib.contextmanager
+def stage_times():
+    """Collects seconds per stage ("encode", "products", "decode") of the products run inside,
+    on this thread; CUDA is synchronized at each stage boundary only while collecting."""
+    times: dict[str, float] = {}
+    outer = getattr(_timing, "times", None)
+    _timing.times = times
+    try:
+        yield times
+    finally:
+        _timing.times = outer
+
+
+@contextlib.contextmanager
+def _stage(name: str, device: torch.device):
+    times = getattr(_timing, "times", None)
+    if times is None:
+        yield
+        return
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        times[name] = times.get(name, 0.0) + time.perf_counter() - start
 
 
 def _kernels_available(device: torch.device) -> bool:
@@ -117,14 +158,16 @@ def _kernels_available(device: torch.device) -> bool:
     return device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
 
 
-def _kernel_plane_products(a: torch.Tensor, bt: torch.Tensor, bits_a: torch.Tensor, bits_b: torch.Tensor,
-                        encodings: tuple[Encoding, ...]) -> torch.Tensor:
-    # Triton is needed on the GPU path only.
+def _encode_planes(a, bt, bits_a, bits_b, encodings):
+    # Triton is needed on this path only.
     from kernels.encode import encode_planes  # noqa: PLC0415
+
+    return encode_planes(a, bits_a, encodings, "a"), encode_planes(bt.contiguous(), bits_b, encodings, "b")
+
+
+def _grouped_plane_products(planes_a, planes_b, encodings: tuple[Encoding, ...]) -> torch.Tensor:
     from kernels.modular import grouped_modular_matmul  # noqa: PLC0415
 
-    planes_a = encode_planes(a, bits_a, encodings, "a")
-    planes_b = encode_planes(bt.contiguous(), bits_b, encodings, "b")
     groups, start = [], 0
     for encoding in encodings:
         stop = start + len(encoding.planes)

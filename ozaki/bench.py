@@ -1,0 +1,612 @@
+"""``python -m ozaki bench``: speed and accuracy of ``ozaki.matmul`` against the native float64 product.
+
+Two measurement modes, one CSV schema (:data:`COLUMNS`), one row per (shape, method):
+
+* ``--cpu`` (the default without CUDA): numpy arrays; numpy's DGEMM against ozaki.matmul at each accuracy
+  (default ``fp64``, ``exact`` and 40 bits), n = 256 … 2048.
+* GPU (the default with CUDA): CUDA tensors; torch's float64 matmul (cuBLAS DGEMM) against each engine at
+  ``accuracy="fp64"``, square n = 1024 … 16384 and two rectangular shapes, with the peak workspace
+  (``torch.cuda.max_memory_allocated``), the stage breakdown when :mod:`ozaki.pipeline` offers a
+  ``stage_times()`` recorder, and the plane-GEMM rates of cuBLAS INT8/FP8 that calibrate the projection.
+
+Inputs are the test matrices of NOTES §6, entries (rand − 0.5)·exp(phi·randn).  Accuracy is measured on a
+sample block against the exact product (Python integers), so it does not trust any float64 product.
+
+``--project b200,b300`` adds the modeled time of every catalog plan on those devices (assumptions written
+into ``projection.md``), calibrated by this run's H200 measurements when there are any.
+
+The harness only calls ``ozaki.matmul`` with the options given; it knows nothing about how engines work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import functools
+import math
+import operator
+import platform
+import shlex
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from fractions import Fraction
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+import ozaki
+from ozaki import catalog, pipeline
+
+__all__ = ["COLUMNS", "DEVICES", "PROJECTION_COLUMNS", "Device", "main"]
+
+COLUMNS = (
+    "date", "device", "m", "k", "n", "phi", "method", "accuracy", "engine", "status", "reps", "median_s",
+    "tflops", "speedup", "rel_err_max", "rel_err_median", "comp_err_max", "workspace_bytes", "operand_bytes",
+    "workspace_ratio", "encode_s", "products_s", "decode_s",
+)  # fmt: skip
+_STAGES = ("encode", "products", "decode")
+PROJECTION_COLUMNS = (
+    "device", "plan", "digits", "products", "moduli", "m", "k", "n", "model_s", "model_tflops", "dgemm_model_s",
+    "speedup", "h200_measured_s", "calibration",
+)  # fmt: skip
+
+_CPU_SIZES = (256, 512, 1024, 2048)
+_GPU_SIZES = (1024, 2048, 4096, 8192, 16384)
+# (M, K, N): tall-skinny output, and a K far beyond one plan's k_max.
+_GPU_SHAPES = ((65536, 4096, 256), (4096, 65536, 4096))
+_CPU_ACCURACIES = ("fp64", "exact", 40)
+# A call slower than this (warm-up included) is timed once: repetitions of it would not fit in a GPU lease.
+_SLOW_CALL_S = 10.0
+
+
+@dataclass(frozen=True)
+class Device:
+    """Datasheet figures behind a projection: dense rates in operations per second, bytes per second."""
+
+    name: str
+    fp64: float
+    rates: dict  # digits -> dense tensor-core rate, None where the device has no such unit worth using
+    bandwidth: float
+    source: str
+
+
+# Where NOTES §6 gives a range, the end that does not flatter the emulation is taken.
+DEVICES = {
+    "h200": Device(
+        "H200", 67e12, {"int8": 1979e12, "fp8": 1979e12, "fp4": None}, 4.8e12,
+        "H200 SXM datasheet: FP64 tensor 67 TFLOP/s, INT8/FP8 dense 1979 T, HBM3e 4.8 TB/s; no FP4 units",
+    ),
+    "b200": Device(
+        "B200", 40e12, {"int8": 4.5e15, "fp8": 4.5e15, "fp4": 9e15}, 8e12,
+        "NOTES §6: dense FP4 9 P, FP8/INT8 4.5 P, FP64 37-40 T (40 taken); HBM3e 8 TB/s (datasheet)",
+    ),
+    "b300": Device(
+        "B300", 1.25e12, {"int8": None, "fp8": 4.5e15, "fp4": 13e15}, 8e12,
+        "NOTES §6: dense FP4 13-15 P (13 taken), INT8 cut to a small fraction (not projected), FP64 1.25 T; "
+        "FP8 4.5 P assumed equal to B200 (NOTES gives none); HBM3e 8 TB/s (datasheet)",
+    ),
+}  # fmt: skip
+# Stored bytes per plane value, for the traffic term of the model.
+_PLANE_BYTES = {"int8": 1.0, "fp8": 1.0, "fp4": 0.5, "int4": 0.5}
+# Efficiencies assumed when the run measured nothing on an H200 (a CPU run, or a failed calibration).
+_ASSUMED = {"tensor": 0.7, "fp64": 0.9, "bandwidth": 0.8}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Inputs and the exact reference
+
+
+def _test_matrix(shape: tuple[int, int], phi: float, generator: torch.Generator, device: str) -> torch.Tensor:
+    uniform = torch.rand(shape, generator=generator, dtype=torch.float64, device=device)
+    normal = torch.randn(shape, generator=generator, dtype=torch.float64, device=device)
+    return (uniform - 0.5) * torch.exp(phi * normal)
+
+
+def _sample(size: int, count: int) -> np.ndarray:
+    """Up to ``count`` indices spread over [0, size): the block errors are measured on."""
+    return np.unique(np.linspace(0, size - 1, min(count, size)).round().astype(np.int64))
+
+
+def _integer_vector(values: np.ndarray) -> tuple[list[int], int]:
+    """Integers n_k and one exponent e with values[k] == n_k * 2**e exactly (finite values)."""
+    mantissa, exponent = np.frexp(values)
+    # |mantissa| in [0.5, 1) holds at most 53 significant bits (subnormals fewer): times 2**53 it is an integer.
+    integer = np.ldexp(mantissa, 53).astype(np.int64)
+    exponent = exponent.astype(np.int64) - 53
+    base = int(exponent[integer != 0].min()) if integer.any() else 0
+    shifts = np.maximum(exponent - base, 0)  # zeros may sit below the base; their shift is irrelevant
+    return [n << s for n, s in zip(integer.tolist(), shifts.tolist())], base
+
+
+def _exact_product(a: np.ndarray, b: np.ndarray) -> list[list[Fraction]]:
+    """The exact product of finite float64 matrices a (S, K) and b (K, T), as rationals."""
+    rows = [_integer_vector(r) for r in a]
+    cols = [_integer_vector(c) for c in b.T]
+    return [[Fraction(sum(map(operator.mul, r, c))) * Fraction(2) ** (er + ec) for c, ec in cols] for r, er in rows]
+
+
+def _errors(got: np.ndarray, exact: list[list[Fraction]], scale: np.ndarray) -> tuple[float, float, float]:
+    """Max and median elementwise relative error (over non-zero exact entries) and the max componentwise
+    error |Ĉ − C| / (|A||B|); a non-finite result counts as an infinite error."""
+    relative, componentwise = [], []
+    for i, row in enumerate(exact):
+        for j, value in enumerate(row):
+            if not math.isfinite(got[i, j]):
+                relative.append(math.inf)
+                componentwise.append(math.inf)
+                continue
+            error = abs(Fraction(float(got[i, j])) - value)
+            if value:
+                relative.append(float(error / abs(value)))
+            if scale[i, j]:
+                componentwise.append(float(error) / scale[i, j])
+            elif error:
+                componentwise.append(math.inf)
+    median = statistics.median(relative) if relative else 0.0
+    return max(relative, default=0.0), median, max(componentwise, default=0.0)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Measurement
+
+
+def _median_seconds(product: Callable, reps: int, cuda: bool):
+    """Median wall time of ``reps`` calls (device events on CUDA), and the last result."""
+    times = []
+    for _ in range(reps):
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize()
+            start.record()
+            result = product()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+        else:
+            began = time.perf_counter()
+            result = product()
+            times.append(time.perf_counter() - began)
+    return statistics.median(times), result
+
+
+def _workspace_bytes(product: Callable) -> int:
+    """Device memory one call needs beyond its operands and its result (the allocator's peak)."""
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    result = product()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - before - result.numel() * result.element_size()
+
+
+def _stage_seconds(product: Callable) -> dict | None:
+    """Seconds per stage from ``ozaki.pipeline.stage_times()``, a context manager yielding a dict the pipeline
+    adds each stage's seconds into; None while the pipeline offers no such recorder (totals only then)."""
+    recorder = getattr(pipeline, "stage_times", None)
+    if recorder is None:
+        return None
+    with recorder() as seconds:
+        product()
+    return dict(seconds)
+
+
+@dataclass
+class _Case:
+    """One shape's operands, as the methods take them, with its exact sample block."""
+
+    m: int
+    k: int
+    n: int
+    a: object
+    b: object
+    rows: np.ndarray
+    cols: np.ndarray
+    exact: list
+    scale: np.ndarray
+
+
+def _case(shape, args, device: str, generator: torch.Generator) -> _Case:
+    m, k, n = shape
+    a = _test_matrix((m, k), args.phi, generator, device)
+    b = _test_matrix((k, n), args.phi, generator, device)
+    rows, cols = _sample(m, args.sample), _sample(n, args.sample)
+    a_rows = a[torch.as_tensor(rows, device=device)].cpu().numpy()
+    b_cols = b[:, torch.as_tensor(cols, device=device)].cpu().numpy()
+    exact = _exact_product(a_rows, b_cols)
+    scale = np.abs(a_rows) @ np.abs(b_cols)
+    if device == "cpu":
+        a, b = a.numpy(), b.numpy()
+    return _Case(m, k, n, a, b, rows, cols, exact, scale)
+
+
+def _block(result, case: _Case) -> np.ndarray:
+    """The sample block of a result, cut where the result lives (a GPU result stays on the GPU)."""
+    if isinstance(result, torch.Tensor):
+        rows, cols = (torch.as_tensor(i, device=result.device) for i in (case.rows, case.cols))
+        return result[rows][:, cols].cpu().numpy()
+    return result[np.ix_(case.rows, case.cols)]
+
+
+def _measure(case: _Case, method: str, accuracy, engine, product: Callable, args, cuda: bool) -> dict:
+    row = {"m": case.m, "k": case.k, "n": case.n, "phi": args.phi, "method": method, "accuracy": accuracy,
+           "engine": engine}  # fmt: skip
+    try:
+        began = time.perf_counter()
+        product()  # warm-up: catalog load, kernel compilation, autotuning
+        row["reps"] = args.reps if time.perf_counter() - began < _SLOW_CALL_S else 1
+        seconds, result = _median_seconds(product, row["reps"], cuda)
+        block = _block(result, case)
+        del result
+        if cuda:
+            row["workspace_bytes"] = _workspace_bytes(product)
+            row["operand_bytes"] = 8 * (case.m * case.k + case.k * case.n + case.m * case.n)
+            row["workspace_ratio"] = row["workspace_bytes"] / row["operand_bytes"]
+        stages = _stage_seconds(product) if method == "ozaki" else None
+    except Exception as error:  # one failing engine or size must not lose the rest of the run
+        return {**row, "status": f"error: {type(error).__name__}: {error}"[:300]}
+    rel_max, rel_median, comp_max = _errors(block, case.exact, case.scale)
+    row.update(
+        status="ok", median_s=seconds, tflops=2 * case.m * case.k * case.n / seconds / 1e12,
+        rel_err_max=rel_max, rel_err_median=rel_median, comp_err_max=comp_max,
+    )  # fmt: skip
+    for stage in _STAGES if stages else ():
+        row[f"{stage}_s"] = stages.get(stage)
+    return row
+
+
+def _plane_rate_rows(n: int, reps: int) -> list[dict]:
+    """cuBLAS INT8 and FP8 GEMM rates at n³ (B K-contiguous, as 8-bit tensor cores want): the measured
+    plane-GEMM rate that calibrates the projection."""
+    generator = torch.Generator(device="cuda").manual_seed(1)
+    a = torch.randint(-8, 8, (n, n), generator=generator, device="cuda", dtype=torch.int8)
+    b = torch.randint(-8, 8, (n, n), generator=generator, device="cuda", dtype=torch.int8).t()
+    one = torch.ones((), device="cuda")
+    a8, b8 = a.to(torch.float8_e4m3fn), b.t().to(torch.float8_e4m3fn).t()
+    products = {
+        "int8": lambda: torch._int_mm(a, b),
+        "fp8": lambda: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16),
+    }
+    rows = []
+    for digits, product in products.items():
+        row = {"m": n, "k": n, "n": n, "method": f"plane-{digits}", "reps": reps}
+        try:
+            product()
+            seconds, _ = _median_seconds(product, reps, cuda=True)
+        except Exception as error:  # an older torch or another GPU may lack one of these
+            rows.append({**row, "status": f"error: {type(error).__name__}: {error}"[:300]})
+            continue
+        rows.append({**row, "status": "ok", "median_s": seconds, "tflops": 2 * n**3 / seconds / 1e12})
+    return rows
+
+
+def _bandwidth() -> float:
+    """Device-to-device copy rate, bytes read plus written per second."""
+    source = torch.empty(2**28, dtype=torch.float32, device="cuda").uniform_()
+    target = torch.empty_like(source)
+    seconds, _ = _median_seconds(lambda: target.copy_(source), 10, cuda=True)
+    return 2 * source.numel() * source.element_size() / seconds
+
+
+def _speedups(rows: list[dict], native: str) -> None:
+    baseline = {(r["m"], r["k"], r["n"]): r["median_s"] for r in rows if r["method"] == native and r["status"] == "ok"}
+    for r in rows:
+        base = baseline.get((r["m"], r["k"], r["n"]))
+        if r.get("status") == "ok" and base and r["method"] in (native, "ozaki"):
+            r["speedup"] = base / r["median_s"]
+
+
+def _shape_rows(case: _Case, native: str, args, cuda: bool) -> list[dict]:
+    a, b = case.a, case.b
+    rows = [_measure(case, native, "", "", lambda: a @ b, args, cuda)]
+    for accuracy in args.accuracy:
+        for engine in args.engines:
+            product = functools.partial(ozaki.matmul, a, b, accuracy=accuracy, engine=engine)
+            rows.append(_measure(case, "ozaki", accuracy, engine, product, args, cuda))
+    return rows
+
+
+def _run(args, shapes, cuda: bool, save: Callable[[list[dict]], None]) -> tuple[list[dict], dict]:
+    """Every (shape, method) row, and the calibration measured on the way (empty on the CPU).  ``save`` gets
+    the rows after each shape, so a run stopped from outside keeps what it measured."""
+    device = "cuda" if cuda else "cpu"
+    generator = torch.Generator(device=device).manual_seed(args.seed)
+    native = "torch" if cuda else "numpy"
+    began = time.perf_counter()
+    rows, calibration = [], {}
+    for m, k, n in shapes:
+        if args.budget is not None and time.perf_counter() - began > args.budget:
+            rows.append({"m": m, "k": k, "n": n, "method": "all", "status": "skipped: --budget spent"})
+            continue
+        rows.extend(_shape_rows(_case((m, k, n), args, device, generator), native, args, cuda))
+        if cuda:
+            torch.cuda.empty_cache()  # this shape's operands are gone; the next may need the room
+        _speedups(rows, native)
+        save(rows)
+        print(f"  done {m}x{k}x{n} after {time.perf_counter() - began:.0f} s", flush=True)
+    if cuda:
+        square = [s[0] for s in shapes if s[0] == s[1] == s[2]]
+        n_cal = min(max(square, default=8192), 8192)
+        rows.extend(_plane_rate_rows(n_cal, args.reps))
+        calibration.update(bandwidth=_bandwidth(), device=torch.cuda.get_device_name())
+    return rows, calibration
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Projection
+
+
+def _efficiencies(rows: list[dict], calibration: dict) -> tuple[dict, list[str]]:
+    """Fraction of the H200 datasheet rate this run reached, per unit; assumed values where nothing was
+    measured (said so in the notes returned)."""
+    h200 = DEVICES["h200"]
+    notes, eff = [], {}
+    if calibration and "H200" not in calibration.get("device", ""):
+        notes.append(f"WARNING: measured on {calibration.get('device')!r}, not an H200, yet compared with H200 "
+                     "datasheet rates: the efficiencies below do not mean what they say")  # fmt: skip
+    measured = {r["method"]: r for r in rows if r.get("status") == "ok" and r["method"].startswith("plane-")}
+    for digits in ("int8", "fp8"):
+        row = measured.get(f"plane-{digits}")
+        if row:
+            eff[digits] = row["tflops"] * 1e12 / h200.rates[digits]
+            notes.append(f"{digits} efficiency {eff[digits]:.3f}: cuBLAS {row['tflops']:.0f} TOP/s at n={row['n']} "
+                         f"in this run / {h200.rates[digits] / 1e12:.0f} T H200 datasheet")  # fmt: skip
+        else:
+            eff[digits] = _ASSUMED["tensor"]
+            notes.append(f"{digits} efficiency {eff[digits]} ASSUMED: no H200 measurement in this run")
+    eff["fp4"] = eff["int4"] = eff["fp8"]
+    notes.append("fp4 efficiency taken equal to fp8's (the H200 has no FP4 units to measure)")
+    natives = [r for r in rows if r["method"] == "torch" and r.get("status") == "ok"]
+    if natives:
+        best = max(natives, key=lambda r: r["m"] * r["k"] * r["n"])
+        eff["fp64"] = best["tflops"] * 1e12 / h200.fp64
+        notes.append(f"fp64 efficiency {eff['fp64']:.3f}: cuBLAS DGEMM {best['tflops']:.1f} TFLOP/s at "
+                     f"{best['m']}x{best['k']}x{best['n']} in this run / 67 T H200 datasheet")  # fmt: skip
+    else:
+        eff["fp64"] = _ASSUMED["fp64"]
+        notes.append(f"fp64 efficiency {eff['fp64']} ASSUMED: no H200 DGEMM in this run")
+    if "bandwidth" in calibration:
+        eff["bandwidth"] = calibration["bandwidth"] / h200.bandwidth
+        notes.append(f"bandwidth efficiency {eff['bandwidth']:.3f}: device copy {calibration['bandwidth'] / 1e12:.2f} "
+                     f"TB/s in this run / 4.8 TB/s H200 datasheet")  # fmt: skip
+    else:
+        eff["bandwidth"] = _ASSUMED["bandwidth"]
+        notes.append(f"bandwidth efficiency {eff['bandwidth']} ASSUMED: no H200 copy measured in this run")
+    return eff, notes
+
+
+def _model_seconds(plan, device: Device, eff: dict, m: int, k: int, n: int) -> float | None:
+    """products × 2MKN at the calibrated plane rate, plus the memory traffic no GEMM hides: float64 A, B read
+    and C written once, every plane value written once, an int32 result per modulus written and read back."""
+    rate = device.rates.get(plan.digits)
+    if rate is None:
+        return None
+    compute = plan.products * 2 * m * k * n / (eff[plan.digits] * rate)
+    traffic = 8 * (m * k + k * n + m * n) + plan.products * (m * k + k * n) * _PLANE_BYTES[plan.digits]
+    traffic += len(plan.moduli) * m * n * 4 * 2
+    return compute + traffic / (eff["bandwidth"] * device.bandwidth)
+
+
+def _project(plans, devices: Sequence[str], shapes, rows: list[dict], calibration: dict):
+    """Modeled time of every plan on every device at every shape within its k_max, and the assumptions."""
+    eff, notes = _efficiencies(rows, calibration)
+    ok = [r for r in rows if r.get("status") == "ok"]
+    calibrated = "H200 run" if any(r["method"].startswith("plane-") for r in ok) else "assumed"
+    fp64_runs = [r for r in ok if r["method"] == "ozaki" and r["accuracy"] == "fp64"]
+    measured = {(r["engine"], r["m"], r["k"], r["n"]): r["median_s"] for r in fp64_runs}
+    table, skipped = [], set()
+    for name in devices:
+        device = DEVICES[name]
+        for plan in sorted(plans, key=lambda p: (p.digits, p.products, p.name)):
+            for m, k, n in shapes:
+                if k > plan.k_max:
+                    continue
+                model = _model_seconds(plan, device, eff, m, k, n)
+                if model is None:
+                    skipped.add(f"{plan.digits} on {device.name}")
+                    continue
+                dgemm = 2 * m * k * n / (eff["fp64"] * device.fp64)
+                table.append({
+                    "device": device.name, "plan": plan.name, "digits": plan.digits, "products": plan.products,
+                    "moduli": len(plan.moduli), "m": m, "k": k, "n": n, "model_s": model,
+                    "model_tflops": 2 * m * k * n / model / 1e12, "dgemm_model_s": dgemm, "speedup": dgemm / model,
+                    "h200_measured_s": measured.get((plan.digits, m, k, n)) if name == "h200" else None,
+                    "calibration": calibrated,
+                })  # fmt: skip
+    notes.append("model: time = products * 2MKN / (efficiency * dense rate of the plan's digits) + bytes / "
+                 "(bandwidth efficiency * bandwidth), bytes = 8(MK + KN + MN) + products * (MK + KN) * bytes per "
+                 "plane value + 8 * moduli * MN (int32 residue products written and read)")  # fmt: skip
+    notes.append("DGEMM: 2MKN / (fp64 efficiency * FP64 rate); same efficiency on every device (an assumption)")
+    notes.append("shapes beyond a plan's k_max are left out: that plan cannot run them in one piece")
+    notes.append("h200_measured_s: this run's time of the engine named like the plan's digits at that shape; the "
+                 "pipeline picks its plan from the inputs' bits, so it may have run another plan of those digits")  # fmt: skip
+    notes.extend(f"device {DEVICES[d].name}: {DEVICES[d].source}" for d in devices)
+    notes.extend(f"not projected: {s} (no such unit in the datasheet figures)" for s in sorted(skipped))
+    return table, notes
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Output
+
+
+def _write_csv(path: Path, columns: Sequence[str], rows: list[dict]) -> None:
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns, extrasaction="raise")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({c: _cell(row.get(c)) for c in columns})
+
+
+def _cell(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def _print_table(rows: list[dict], columns: Sequence[str]) -> None:
+    """Right-aligned columns; the last one (a status, a free text) is left unpadded."""
+    text = [[_cell(r.get(c)) for c in columns] for r in rows]
+    widths = [max([len(c)] + [len(t[i]) for t in text]) for i, c in enumerate(columns[:-1])]
+    for line in [list(columns), *text]:
+        print("  ".join([v.rjust(w) for v, w in zip(line, widths)] + [line[-1]]))
+
+
+def _plot(rows: list[dict], path: Path) -> str:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed: no PNG written"
+    lines: dict[str, list[tuple[int, float]]] = {}
+    for r in rows:
+        if r.get("status") == "ok" and r["m"] == r["k"] == r["n"] and not r["method"].startswith("plane-"):
+            label = r["method"] if r["method"] != "ozaki" else f"ozaki {r['engine']} ({r['accuracy']})"
+            lines.setdefault(label, []).append((r["n"], r["tflops"]))
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    for label, points in sorted(lines.items()):
+        points.sort()
+        axes.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
+    axes.set_xscale("log", base=2)
+    axes.set_xlabel("n (square M = K = N)")
+    axes.set_ylabel("TFLOP/s (2n³ / time)")
+    axes.grid(True, alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return f"wrote {path}"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Command line
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: sizes must be positive integers")
+    return values
+
+
+def _shape_list(text: str) -> tuple[tuple[int, int, int], ...]:
+    shapes = []
+    for item in text.split(","):
+        parts = item.lower().split("x")
+        if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+            raise argparse.ArgumentTypeError(f"shape {item!r} is not MxKxN with positive integers")
+        shapes.append(tuple(int(p) for p in parts))
+    return tuple(shapes)
+
+
+def _accuracy_list(text: str) -> tuple:
+    return tuple(int(v) if v.isdigit() else v for v in text.split(",") if v)
+
+
+def _device_list(text: str) -> tuple[str, ...]:
+    names = tuple(v.strip().lower() for v in text.split(",") if v.strip())
+    unknown = [n for n in names if n not in DEVICES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown device(s) {unknown or text!r}; known: {', '.join(DEVICES)}")
+    return names
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: at least 1 is needed")
+    return value
+
+
+def _name_list(text: str) -> tuple[str, ...]:
+    return tuple(v for v in text.split(",") if v)
+
+
+def _parser() -> argparse.ArgumentParser:
+    def listed(values) -> str:
+        return ",".join("x".join(map(str, v)) if isinstance(v, tuple) else str(v) for v in values)
+
+    parser = argparse.ArgumentParser(
+        prog="python -m ozaki bench",
+        description="Time and accuracy of ozaki.matmul against the native float64 product (CSV, table, PNG).",
+    )
+    add = parser.add_argument
+    add("--cpu", action="store_true", help="numpy arrays against numpy's DGEMM (the default without CUDA)")
+    add("--sizes", type=_int_list,
+        help=f"square sizes n (default: CPU {listed(_CPU_SIZES)}; GPU {listed(_GPU_SIZES)} and the GPU --shapes)")
+    add("--shapes", type=_shape_list,
+        help=f"rectangular MxKxN shapes (GPU default without --sizes: {listed(_GPU_SHAPES)})")
+    add("--accuracy", type=_accuracy_list, help=f"accuracies (default: CPU {listed(_CPU_ACCURACIES)}; GPU fp64)")
+    add("--engines", type=_name_list,
+        help=f"engines from {listed(pipeline.ENGINES)} (default: CPU auto; GPU auto,int8,fp8,fp4)")
+    add("--reps", type=_positive_int, help="timed repetitions per measurement, the median reported (default: CPU 3, GPU 5)")
+    add("--phi", type=float, default=0.5, help="exponent spread of the inputs (default 0.5)")
+    add("--seed", type=int, default=0)
+    add("--sample", type=_positive_int, default=16, help="rows and columns of the block errors are measured on (default 16)")
+    add("--budget", type=float, help="seconds after which no further shape is started")
+    add("--project", type=_device_list, help=f"devices to project every catalog plan onto, from {listed(DEVICES)}")
+    add("--out", type=Path, default=Path("bench-results"), help="output folder (default ./bench-results)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _parser().parse_args(argv)
+    cuda = torch.cuda.is_available() and not args.cpu
+    args.reps = args.reps or (5 if cuda else 3)
+    args.accuracy = args.accuracy or (("fp64",) if cuda else _CPU_ACCURACIES)
+    args.engines = args.engines or (("auto", "int8", "fp8", "fp4") if cuda else ("auto",))
+    squares = args.sizes or (_GPU_SIZES if cuda else _CPU_SIZES)
+    extra = args.shapes or (_GPU_SHAPES if cuda and args.sizes is None else ())
+    shapes = [(s, s, s) for s in squares] + list(extra)
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    date = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    device = torch.cuda.get_device_name() if cuda else f"CPU {platform.processor() or platform.machine()}"
+    command = "python -m ozaki bench " + shlex.join(argv)
+    versions = f"torch {torch.__version__}, numpy {np.__version__}, python {platform.python_version()}"
+    header = f"{date}  {device}  {versions}\n{command}"
+    print(header, flush=True)
+    (args.out / "run.txt").write_text(header + "\n")
+
+    name = "bench-gpu" if cuda else "bench-cpu"
+
+    def save(rows: list[dict]) -> None:
+        _write_csv(args.out / f"{name}.csv", COLUMNS, [{**r, "date": date, "device": device} for r in rows])
+
+    rows, calibration = _run(args, shapes, cuda, save)
+    save(rows)
+    print(_plot(rows, args.out / f"{name}.png"))
+    if not any(r.get("encode_s") is not None for r in rows):
+        print("stage breakdown: ozaki.pipeline has no stage_times() recorder; totals only")
+    _print_table(rows, ("m", "k", "n", "method", "accuracy", "engine", "median_s", "tflops", "speedup",
+                        "rel_err_max", "comp_err_max", "workspace_ratio", "status"))  # fmt: skip
+    print(f"wrote {args.out / (name + '.csv')}")
+
+    if args.project:
+        table, notes = _project(catalog.plans().values(), args.project, shapes, rows, calibration)
+        _write_csv(args.out / "projection.csv", PROJECTION_COLUMNS, table)
+        lines = [f"# Projection ({date}, calibrated on: {device})", "", command, "", "Assumptions:", ""]
+        (args.out / "projection.md").write_text("\n".join(lines + [f"- {n}" for n in notes]) + "\n")
+        print("\nprojection assumptions:\n" + "\n".join(f"  - {n}" for n in notes))
+        _print_table(table, ("device", "plan", "products", "m", "k", "n", "model_s", "model_tflops", "speedup",
+                             "h200_measured_s"))  # fmt: skip
+        print(f"wrote {args.out / 'projection.csv'} and {args.out / 'projection.md'}")
+    return 0 if all(r.get("status", "").startswith(("ok", "skipped")) for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,177 @@
+"""ozaki.bench: the CPU run end to end, its exact error measure, and the projection model."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import math
+from fractions import Fraction
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+import ozaki
+from ozaki import bench, pipeline
+
+U = 2.0**-53
+
+
+def _read(path):
+    with path.open() as handle:
+        reader = csv.DictReader(handle)
+        return reader.fieldnames, list(reader)
+
+
+def test_tiny_cpu_run_writes_the_csv(tmp_path):
+    assert bench.main(["--cpu", "--sizes", "32", "--reps", "1", "--out", str(tmp_path)]) == 0
+    columns, rows = _read(tmp_path / "bench-cpu.csv")
+    assert tuple(columns) == bench.COLUMNS
+    assert [(r["method"], r["accuracy"]) for r in rows] == [("numpy", ""), ("ozaki", "fp64"), ("ozaki", "exact"),
+                                                            ("ozaki", "40")]  # fmt: skip
+    assert all(r["status"] == "ok" and (r["m"], r["k"], r["n"]) == ("32", "32", "32") for r in rows)
+    assert all(float(r["median_s"]) > 0 and float(r["tflops"]) > 0 and r["date"] and r["device"] for r in rows)
+    by_accuracy = {r["accuracy"]: r for r in rows}
+    assert float(by_accuracy[""]["speedup"]) == 1.0
+    # ozaki.matmul's contracts, checked against the exact product of the sample block:
+    # "exact" is correctly rounded; "fp64" keeps |C^ - C| <= 2^-54 |A||B| + u|C| <= (2^-54 + u) |A||B|.
+    assert float(by_accuracy["exact"]["rel_err_max"]) <= U
+    assert float(by_accuracy["fp64"]["comp_err_max"]) <= 2.0**-54 + U
+    assert (tmp_path / "run.txt").read_text().splitlines()[1].startswith("python -m ozaki bench --cpu")
+
+
+def test_a_failing_engine_is_recorded_and_the_run_goes_on(tmp_path, monkeypatch):
+    real = ozaki.matmul
+
+    def flaky(a, b, *, accuracy, engine):
+        if engine == "int8":
+            raise RuntimeError("no int8 here")
+        return real(a, b, accuracy=accuracy, engine=engine)
+
+    monkeypatch.setattr(ozaki, "matmul", flaky)
+    argv = ["--cpu", "--sizes", "8", "--reps", "1", "--accuracy", "fp64", "--engines", "int8,reference"]
+    assert bench.main(argv + ["--out", str(tmp_path)]) == 1
+    _, rows = _read(tmp_path / "bench-cpu.csv")
+    assert [r["status"] for r in rows] == ["ok", "error: RuntimeError: no int8 here", "ok"]
+    assert rows[1]["median_s"] == "" and rows[2]["engine"] == "reference"
+
+
+def test_stage_breakdown_is_taken_from_the_pipeline_recorder(tmp_path, monkeypatch):
+    @contextlib.contextmanager
+    def stage_times():
+        seconds = {}
+        yield seconds
+        seconds.update(encode=0.25, products=0.5, decode=0.125)
+
+    monkeypatch.setattr(pipeline, "stage_times", stage_times, raising=False)
+    argv = ["--cpu", "--sizes", "8", "--reps", "1", "--accuracy", "fp64", "--out", str(tmp_path)]
+    assert bench.main(argv) == 0
+    _, rows = _read(tmp_path / "bench-cpu.csv")
+    assert [(r["encode_s"], r["products_s"], r["decode_s"]) for r in rows] == [("", "", ""), ("0.25", "0.5", "0.125")]
+
+
+def test_budget_stops_starting_shapes(tmp_path):
+    assert bench.main(["--cpu", "--sizes", "8,16", "--budget", "0", "--out", str(tmp_path)]) == 0
+    _, rows = _read(tmp_path / "bench-cpu.csv")
+    assert [(r["n"], r["status"]) for r in rows] == [(n, "skipped: --budget spent") for n in ("8", "16")]
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--project", "mars"], "unknown device"),
+        (["--shapes", "4x4"], "is not MxKxN"),
+        (["--sizes", "0"], "must be positive"),
+        (["--sizes", "a,b"], "not a comma-separated list"),
+        (["--reps", "0"], "at least 1"),
+        (["--sample", "x"], "not an integer"),
+    ],
+)
+def test_bad_arguments_are_refused(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        bench.main(["--cpu", *argv])
+    assert message in capsys.readouterr().err
+
+
+finite = st.floats(allow_nan=False, allow_infinity=False, width=64)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(1, 3), st.integers(1, 4), st.integers(1, 3), st.data())
+def test_exact_product_matches_rational_arithmetic(s, k, t, data):
+    a = data.draw(arrays(np.float64, (s, k), elements=finite))
+    b = data.draw(arrays(np.float64, (k, t), elements=finite))
+    want = [[sum((Fraction(a[i, x]) * Fraction(b[x, j]) for x in range(k)), Fraction(0)) for j in range(t)]
+            for i in range(s)]  # fmt: skip
+    assert bench._exact_product(a, b) == want
+
+
+@pytest.mark.parametrize(
+    "got, exact, scale, want",
+    [
+        (1.0, Fraction(1), 1.0, (0.0, 0.0, 0.0)),
+        (1.0 + 2.0**-52, Fraction(1), 4.0, (2.0**-52, 2.0**-52, 2.0**-54)),
+        (0.5, Fraction(1, 3), 1.0, (0.5, 0.5, 1 / 6)),
+        (0.0, Fraction(0), 0.0, (0.0, 0.0, 0.0)),  # an exact zero has no relative error to report
+        (1e-300, Fraction(0), 0.0, (0.0, 0.0, math.inf)),
+        (math.nan, Fraction(1), 1.0, (math.inf, math.inf, math.inf)),
+    ],
+)
+def test_errors_of_single_entries(got, exact, scale, want):
+    assert bench._errors(np.array([[got]]), [[exact]], np.array([[scale]])) == want
+
+
+def test_errors_median_over_entries():
+    got = np.array([[1.0, 2.0, 4.5]])
+    exact = [[Fraction(1), Fraction(1), Fraction(4)]]
+    rel_max, rel_median, _ = bench._errors(got, exact, np.ones((1, 3)))
+    assert (rel_max, rel_median) == (1.0, 0.125)
+
+
+def _plan(name, digits, products, moduli, k_max):
+    return SimpleNamespace(name=name, digits=digits, products=products, moduli=tuple(range(moduli)), k_max=k_max)
+
+
+def test_projection_model_and_calibration():
+    plans = [_plan("i", "int8", 10, 4, 2048), _plan("f", "fp4", 59, 21, 16384)]
+    shapes = [(1000, 1000, 1000), (1000, 4096, 1000)]
+    measured = [
+        {"method": "plane-int8", "status": "ok", "tflops": 1979 / 2, "n": 8192},
+        {"method": "plane-fp8", "status": "ok", "tflops": 1979 / 4, "n": 8192},
+        {"method": "torch", "status": "ok", "tflops": 33.5, "m": 4096, "k": 4096, "n": 4096},
+        {"method": "ozaki", "status": "ok", "engine": "int8", "accuracy": "fp64", "m": 1000, "k": 1000,
+         "n": 1000, "median_s": 0.01},
+    ]  # fmt: skip
+    calibration = {"bandwidth": 2.4e12, "device": "NVIDIA H200"}
+    table, notes = bench._project(plans, ["h200", "b200", "b300"], shapes, measured, calibration)
+    got = {(r["device"], r["plan"], r["k"]): r for r in table}
+    # int8 stops at its k_max; B300 has no usable INT8 and the H200 no FP4: those are left out, and said so.
+    assert sorted(got) == [("B200", "f", 1000), ("B200", "f", 4096), ("B200", "i", 1000), ("B300", "f", 1000),
+                           ("B300", "f", 4096), ("H200", "i", 1000)]  # fmt: skip
+    assert any("int8 on B300" in n for n in notes) and any("fp4 on H200" in n for n in notes)
+    flop = 2e9
+    # B200 int8 at half the datasheet rate; traffic at half of 8 TB/s: A, B, C in float64, 10 planes of
+    # (MK + KN) bytes, 4 moduli of int32 written and read.
+    traffic = 8 * 3e6 + 10 * 2e6 + 4 * 8e6
+    want = 10 * flop / (0.5 * 4.5e15) + traffic / (0.5 * 8e12)
+    assert got[("B200", "i", 1000)]["model_s"] == pytest.approx(want, rel=1e-12)
+    # fp4 takes fp8's measured efficiency (a quarter); DGEMM runs at half of the datasheet FP64 rate.
+    fp4 = got[("B300", "f", 1000)]
+    want = 59 * flop / (0.25 * 13e15) + (8 * 3e6 + 59 * 2e6 * 0.5 + 21 * 8e6) / (0.5 * 8e12)
+    assert fp4["model_s"] == pytest.approx(want, rel=1e-12)
+    assert fp4["dgemm_model_s"] == pytest.approx(flop / (0.5 * 1.25e12), rel=1e-12)
+    assert fp4["speedup"] == pytest.approx(fp4["dgemm_model_s"] / fp4["model_s"], rel=1e-12)
+    assert got[("H200", "i", 1000)]["h200_measured_s"] == 0.01 and fp4["h200_measured_s"] is None
+    assert {r["calibration"] for r in table} == {"H200 run"}
+    assert not any("WARNING" in n for n in notes)
+    _, notes = bench._project(plans, ["b200"], shapes, measured, {**calibration, "device": "NVIDIA A100"})
+    assert any(n.startswith("WARNING: measured on 'NVIDIA A100'") for n in notes)
+
+
+def test_projection_without_measurements_says_it_assumed():
+    table, notes = bench._project([_plan("f", "fp4", 59, 21, 16384)], ["b200"], [(512, 512, 512)], [], {})
+    assert [r["calibration"] for r in table] == ["assumed"]
+    assert sum("ASSUMED" in n for n in notes) == 4  # int8, fp8, fp64 and bandwidth efficiencies

@@ -1,0 +1,608 @@
+"""Exact modular plane GEMMs on tensor cores: ``sum_t c_t * A_t @ B_t^T mod m``.
+
+Every plane holds small integers (digits).  Each plane product is an exact low-precision
+GEMM as long as no partial sum leaves the range its accumulator represents exactly; the
+launcher computes that range from the planes' actual maxima and splits K into chunks
+that stay inside it.  Inside the kernel each finished chunk is converted to an integer,
+multiplied by its coefficient and reduced mod m, in a fixed order, so the result is the
+same integer on every device, tile shape and operand type.
+
+Operand types ("operands"):
+
+* ``int8``: int8 x int8 -> int32 (``wgmma .s32.s8.s8`` on sm_90).  Exact while
+  ``K_chunk * max|P| * max|Q| <= 2**31 - 1``.
+* ``e4m3``: FP8 E4M3 x E4M3 -> fp32.  fp32 holds every integer up to 2**24, so
+  ``K_chunk * max|P| * max|Q| <= 2**24``.  Hopper's FP8 wgmma additionally keeps only 13
+  fraction bits below the largest term inside one instruction chain, so Triton's
+  ``max_num_imprecise_acc`` window W (products per fresh partial, promoted into fp32
+  after) must satisfy ``W * max|P| * max|Q| < 2**14``.  W = 0 asks Triton for the
+  promote-every-instruction path (an fp16 upcast on sm_90), which has no window.
+* ``e2m1``: FP4 E2M1 packed two per byte along K (first value in the low nibble),
+  through ``tl.dot_scaled`` (native block-scaled MMA on sm_100+, bf16 upcast on sm_90).
+  ``fp4`` digits are twice the E2M1 values stored; a block scale of 2 on each side gives
+  the digits back, and the fp32 bound is the same as for ``e4m3``.
+
+The chosen operand type for each call is logged on ``logging.getLogger("ozaki.kernels")``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Sequence
+from fractions import Fraction
+
+import torch
+import triton
+import triton.language as tl
+from triton.runtime.interpreter import InterpretedFunction
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+from ozaki.digits import digit_set
+
+__all__ = [
+    "CONFIGS",
+    "OPERANDS",
+    "PlaneGemmConfig",
+    "compile_ptx",
+    "grouped_modular_matmul",
+    "modular_matmul",
+    "plan_chunk",
+    "reference_modular_matmul",
+    "select_operand",
+]
+
+_log = logging.getLogger("ozaki.kernels")
+
+# Triton pointer types of the converted operands.
+_POINTER_TYPES = {"int8": "*i8", "e4m3": "*fp8e4nv", "e2m1": "*u8"}
+# The digit set whose every value the operand type stores exactly.
+OPERANDS: dict[str, str] = {"int8": "int8", "e4m3": "fp8", "e2m1": "fp4"}
+
+_TRITON_VERSION = tuple(int(part) for part in triton.__version__.split(".")[:2])
+_INT32_EXACT = 2**31 - 1
+_FP32_EXACT = 2**24
+_WGMMA_FP8_EXACT = 2**14
+_WGMMA_FP8_K = 32  # products one FP8 wgmma instruction folds; the window moves in these steps
+_MAX_MODULUS = 2**31  # keeps the carried residue in int32 and coefficient * chunk sum in int64
+_SMALL_MODULUS = 2**15  # below it the residue arithmetic fits int32 (products < 2**30)
+
+
+@dataclasses.dataclass(frozen=True)
+class PlaneGemmConfig:
+    """One tiling of the plane GEMM.  ``imprecise_window`` is Triton's
+    ``max_num_imprecise_acc`` for ``e4m3`` (ignored for the other operands); ``tma`` loads
+    the operand tiles through tensor descriptors (the Hopper copy engine) instead of
+    pointers."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    group_m: int = 8
+    num_warps: int = 8
+    num_stages: int = 3
+    imprecise_window: int = 32
+    tma: bool = False
+
+    def __post_init__(self):
+        for name in ("block_m", "block_n", "block_k"):
+            value = getattr(self, name)
+            if value < 16 or value & (value - 1):
+                raise ValueError(f"PlaneGemmConfig.{name} = {value}: must be a power of two >= 16")
+        if self.block_k < 32:
+            raise ValueError(f"PlaneGemmConfig.block_k = {self.block_k}: 8-bit tensor-core dots need K >= 32")
+        if self.imprecise_window % _WGMMA_FP8_K or not 0 <= self.imprecise_window <= self.block_k:
+            raise ValueError(
+                f"PlaneGemmConfig.imprecise_window = {self.imprecise_window}: must be 0 or a multiple of "
+                f"{_WGMMA_FP8_K} no larger than block_k = {self.block_k}"
+            )
+
+
+# First entry of each list is the default; the launcher takes the first entry whose
+# exactness windows admit the planes.  Benchmarks time the whole list.
+CONFIGS: dict[str, tuple[PlaneGemmConfig, ...]] = {
+    # Ordered by the H200 timings at 8192^3 in benchmarks/kernels.md.
+    "int8": (
+        PlaneGemmConfig(128, 256, 128, num_warps=8, num_stages=3),
+        PlaneGemmConfig(128, 256, 128, num_warps=8, num_stages=4, tma=True),
+        PlaneGemmConfig(256, 128, 128, num_warps=8, num_stages=4, tma=True),
+        PlaneGemmConfig(128, 256, 128, num_warps=8, num_stages=3, tma=True),
+        PlaneGemmConfig(128, 128, 128, num_warps=8, num_stages=4, tma=True),
+        PlaneGemmConfig(128, 128, 128, num_warps=4, num_stages=4),
+        PlaneGemmConfig(256, 128, 128, num_warps=8, num_stages=3, tma=True),
+        PlaneGemmConfig(256, 128, 128, num_warps=8, num_stages=3),
+    ),
+    "e4m3": (
+        PlaneGemmConfig(128, 128, 128, num_warps=8, num_stages=4, imprecise_window=64, tma=True),
+        PlaneGemmConfig(128, 128, 128, num_warps=8, num_stages=3, imprecise_window=64),
+        PlaneGemmConfig(128, 256, 128, num_warps=8, num_stages=3, imprecise_window=64, tma=True),
+        PlaneGemmConfig(128, 128, 128, num_warps=8, num_stages=3, imprecise_window=64, tma=True),
+        PlaneGemmConfig(128, 128, 128, num_warps=8, num_stages=3, imprecise_window=32, tma=True),
+        PlaneGemmConfig(256, 128, 128, num_warps=8, num_stages=3, imprecise_window=64, tma=True),
+        # Digits too large for any wgmma window (full fp8): promote every instruction.
+        PlaneGemmConfig(128, 128, 64, num_warps=4, num_stages=4, imprecise_window=0, tma=True),
+    ),
+    "e2m1": (
+        PlaneGemmConfig(128, 256, 128, num_warps=8, num_stages=3, tma=True),
+        PlaneGemmConfig(128, 128, 128, num_warps=4, num_stages=4),
+    ),
+}
+
+
+@triton.jit
+def _dot_blocks(a_src, b_src, a_row, b_row, offs_am, offs_bn, stride_a, stride_b, kb_start, kb_end,
+                ACC_DTYPE: tl.constexpr, OPERAND: tl.constexpr, USE_TMA: tl.constexpr, BLOCK_M: tl.constexpr,
+                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PACKED_K: tl.constexpr,
+                IMPRECISE_WINDOW: tl.constexpr):
+    # Sums K blocks [kb_start, kb_end) of one plane into a fresh accumulator; the caller
+    # sized the range so that every partial sum is exact.  Operands are K-major rows of
+    # the flattened [planes * batch * rows, K] tensors, through TMA descriptors or pointers.
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC_DTYPE)
+    offs_k = tl.arange(0, PACKED_K)
+    if OPERAND == "e2m1":
+        # Scale 2**1 (e8m0 128) on both sides turns the stored E2M1 halves back into
+        # digits; constant scales still select the native block-scaled MMA.
+        a_scale = tl.full((BLOCK_M, BLOCK_K // 32), 128, tl.uint8)
+        b_scale = tl.full((BLOCK_N, BLOCK_K // 32), 128, tl.uint8)
+    if not USE_TMA:
+        a_ptrs = a_src + (a_row + offs_am)[:, None] * stride_a + (kb_start * PACKED_K + offs_k)[None, :]
+        b_ptrs = b_src + (b_row + offs_bn)[:, None] * stride_b + (kb_start * PACKED_K + offs_k)[None, :]
+    for kb in range(kb_start, kb_end):
+        if USE_TMA:
+            a = a_src.load([tl.cast(a_row, tl.int32), kb * PACKED_K])
+            b = b_src.load([tl.cast(b_row, tl.int32), kb * PACKED_K])
+        else:
+            a = tl.load(a_ptrs)
+            b = tl.load(b_ptrs)
+            a_ptrs += PACKED_K
+            b_ptrs += PACKED_K
+        if OPERAND == "e2m1":
+            acc = tl.dot_scaled(a, a_scale, "e2m1", b.T, b_scale, "e2m1", acc)
+        elif OPERAND == "e4m3":
+            acc = tl.dot(a, b.T, acc, max_num_imprecise_acc=IMPRECISE_WINDOW)
+        else:
+            acc = tl.dot(a, b.T, acc, out_dtype=tl.int32)
+    return acc
+
+
+@triton.jit
+def _reduce(x, modulus, inverse):
+    # x mod m in [0, m) for |x| < m * 2**50 without int64 division (a long emulated routine
+    # on GPUs that cost as much as the K loop): the float64 quotient is within
+    # 3 * 2**-53 * |x / m| < 1 of x / m, so its floor is off by at most one either way.
+    q = tl.floor(x.to(tl.float64) * inverse).to(tl.int64)
+    r = x - q * modulus
+    r = tl.where(r < 0, r + modulus, r)
+    return tl.where(r >= modulus, r - modulus, r)
+
+
+@triton.jit
+def _combine(residue, part, coef, modulus, inverse, SMALL_MODULI: tl.constexpr):
+    # (residue + part * coef) mod m as int32 in [0, m), for residue in [0, m), coef in
+    # [0, m) and an exact chunk sum |part| < 2**31 (int32, or an integer-valued fp32).
+    if SMALL_MODULI:
+        # m < 2**15: every intermediate stays below 2**30, in 32-bit registers (the 64-bit
+        # path spills on 128 x 256 tiles).  % takes the dividend's sign; shift into [0, m).
+        m32 = modulus.to(tl.int32)
+        r = (residue + (part.to(tl.int32) % m32) * coef.to(tl.int32)) % m32
+        r = tl.where(r < 0, r + m32, r)
+    else:
+        r = _reduce(tl.cast(residue, tl.int64) + _reduce(part.to(tl.int64), modulus, inverse) * coef, modulus,
+                    inverse)
+    return r.to(tl.int32)
+
+
+@triton.jit
+def _plane_gemm_kernel(
+    a_src, b_src, coef_ptr, plane_start_ptr, moduli_ptr, out_ptr,
+    M, N, n_batch, n_k_blocks, chunk_blocks, stride_a, stride_b,
+    stride_og, stride_ob, stride_om, stride_on,
+    OPERAND: tl.constexpr, SINGLE_FLUSH: tl.constexpr, SMALL_MODULI: tl.constexpr, USE_TMA: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    IMPRECISE_WINDOW: tl.constexpr,
+):
+    # Grouped swizzle of the output tiles so neighbouring programs share A and B in L2.
+    pid = tl.program_id(0)
+    grid_m = tl.cdiv(M, BLOCK_M)
+    grid_n = tl.cdiv(N, BLOCK_N)
+    width = GROUP_M * grid_n
+    first_m = (pid // width) * GROUP_M
+    size_m = tl.minimum(grid_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % width) % size_m
+    pid_n = (pid % width) // size_m
+
+    group_batch = tl.program_id(1)
+    group = group_batch // n_batch
+    batch = group_batch % n_batch
+
+    if OPERAND == "e2m1":
+        PACKED_K: tl.constexpr = BLOCK_K // 2
+        ACC_DTYPE: tl.constexpr = tl.float32
+    elif OPERAND == "e4m3":
+        PACKED_K: tl.constexpr = BLOCK_K
+        ACC_DTYPE: tl.constexpr = tl.float32
+    else:
+        PACKED_K: tl.constexpr = BLOCK_K
+        ACC_DTYPE: tl.constexpr = tl.int32
+
+    # Tile rows past M (N) read the next plane's rows, or wrap (pointer path) / zero-fill
+    # (TMA) at the end of the tensor; they are never stored.  K was padded to whole blocks.
+    offs_am = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
+    offs_bn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+    if USE_TMA:
+        tile_m = pid_m * BLOCK_M
+        tile_n = pid_n * BLOCK_N
+    else:
+        tile_m = 0
+        tile_n = 0
+
+    t_start = tl.load(plane_start_ptr + group)
+    t_end = tl.load(plane_start_ptr + group + 1)
+    modulus = tl.load(moduli_ptr + group)
+    inverse = 1.0 / modulus.to(tl.float64)
+    # Chunk sums are below 2**31 and m < 2**31, so every _reduce argument stays below m * 2**50.
+    if SINGLE_FLUSH:
+        # One plane, one chunk: no residue carried across the K loop (keeps registers free).
+        coef = tl.load(coef_ptr + t_start)
+        plane = tl.cast(t_start, tl.int64) * n_batch + batch
+        part = _dot_blocks(a_src, b_src, plane * M + tile_m, plane * N + tile_n, offs_am, offs_bn, stride_a,
+                           stride_b, 0, n_k_blocks, ACC_DTYPE, OPERAND, USE_TMA, BLOCK_M, BLOCK_N, BLOCK_K, PACKED_K,
+                           IMPRECISE_WINDOW)
+        residue = _combine(0, part, coef, modulus, inverse, SMALL_MODULI)
+    else:
+        residue = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
+        for t in range(t_start, t_end):
+            coef = tl.load(coef_ptr + t)
+            plane = tl.cast(t, tl.int64) * n_batch + batch
+            for kb in range(0, n_k_blocks, chunk_blocks):
+                part = _dot_blocks(a_src, b_src, plane * M + tile_m, plane * N + tile_n, offs_am, offs_bn, stride_a,
+                                   stride_b, kb, tl.minimum(kb + chunk_blocks, n_k_blocks), ACC_DTYPE, OPERAND,
+                                   USE_TMA, BLOCK_M, BLOCK_N, BLOCK_K, PACKED_K, IMPRECISE_WINDOW)
+                residue = _combine(residue, part, coef, modulus, inverse, SMALL_MODULI)
+
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    # 64-bit offsets: G * M * N may pass 2**31 even where each stride does not.
+    out_ptrs = (out_ptr + tl.cast(group, tl.int64) * stride_og + tl.cast(batch, tl.int64) * stride_ob
+                + tl.cast(rows, tl.int64)[:, None] * stride_om + cols[None, :] * stride_on)
+    tl.store(out_ptrs, residue, mask=(rows[:, None] < M) & (cols[None, :] < N))
+
+
+def _capability(device: torch.device) -> tuple[int, int] | None:
+    if device.type == "cuda":
+        return torch.cuda.get_device_capability(device)
+    return None
+
+
+def select_operand(digits: str, device: torch.device | str) -> str:
+    """The operand type ``modular_matmul`` uses for ``digits`` on ``device``: fp4 digits go
+    to native FP4 (``e2m1``) from sm_100 on and to E4M3 elsewhere (Hopper, CPU); fp8 digits
+    to E4M3; int8 and int4 digits to int8."""
+    digit_set(digits)
+    capability = _capability(torch.device(device))
+    if digits == "fp4":
+        # Triton 3.6 aborts compiling tl.dot_scaled for sm_100; 3.9 emits the block-scaled
+        # FP4 MMA.  Elsewhere fp4 digits are E4M3 values inside the wgmma promotion window.
+        native = capability is not None and capability >= (10, 0) and _TRITON_VERSION >= (3, 9)
+        operand = "e2m1" if native else "e4m3"
+    elif digits == "fp8":
+        operand = "e4m3"
+    else:
+        operand = "int8"
+    _log.debug("digits %s on %s (capability %s): operand %s", digits, device, capability, operand)
+    return operand
+
+
+def plan_chunk(operand: str, config: PlaneGemmConfig, max_product: int, k_chunk: int | None = None) -> int:
+    """K per exact accumulator chunk for planes whose largest |P_t| * |Q_t| is
+    ``max_product``: the exactness bound of ``operand`` rounded down to whole
+    ``config.block_k`` blocks, or ``k_chunk`` after checking it against that bound."""
+    if operand not in OPERANDS:
+        raise ValueError(f"unknown operand {operand!r}; known: {', '.join(OPERANDS)}")
+    max_product = max(int(max_product), 1)
+    exact = _INT32_EXACT if operand == "int8" else _FP32_EXACT
+    bound = exact // max_product
+    if operand == "e4m3" and config.imprecise_window:
+        if config.imprecise_window * max_product >= _WGMMA_FP8_EXACT:
+            raise ValueError(
+                f"imprecise_window {config.imprecise_window} x max|P*Q| {max_product} >= 2**14: the FP8 wgmma "
+                f"partial would round; use a config with imprecise_window <= {(_WGMMA_FP8_EXACT - 1) // max_product} "
+                f"(0 promotes every instruction) or planes with smaller digits"
+            )
+    if k_chunk is None:
+        k_chunk = bound - bound % config.block_k
+        if k_chunk == 0:
+            raise ValueError(
+                f"max|P*Q| {max_product} allows only {bound} exact products per {operand} accumulator, fewer than "
+                f"block_k {config.block_k}: use a config with block_k <= {bound} or planes with smaller digits"
+            )
+    elif not isinstance(k_chunk, int) or k_chunk <= 0 or k_chunk % config.block_k or k_chunk > bound:
+        raise ValueError(
+            f"k_chunk {k_chunk!r} must be a positive multiple of block_k {config.block_k} and at most {bound}, "
+            f"the exact {operand} accumulation bound for max|P*Q| {max_product}"
+        )
+    return k_chunk
+
+
+def _check_planes(name: str, planes, device, digits: str) -> list[int]:
+    """Checks dtype and digit membership; returns max |value| per plane."""
+    if not isinstance(planes, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(planes).__name__}")
+    if planes.dtype not in (torch.int8, torch.int16, torch.int32, torch.int64):
+        raise TypeError(f"{name} has dtype {planes.dtype}: pass signed integer digit planes (int8/16/32/64)")
+    if planes.device != device:
+        raise ValueError(f"{name} is on {planes.device}, the other planes on {device}: move both to one device")
+    allowed = digit_set(digits)
+    if planes.numel() == 0:
+        return [0] * planes.shape[0]
+    lo, hi = min(allowed), max(allowed)
+    flat = planes.reshape(planes.shape[0], -1)
+    mins, maxs = flat.aminmax(dim=1)
+    mins, maxs = mins.tolist(), maxs.tolist()
+    for t, (low, high) in enumerate(zip(mins, maxs)):
+        if low < lo or high > hi:
+            raise ValueError(f"{name}[{t}] holds values in [{low}, {high}], outside the {digits} digits [{lo}, {hi}]")
+    if len(allowed) != hi - lo + 1:
+        # A gap in the set: look each value up in a table over [lo, hi].
+        table = torch.zeros(hi - lo + 1, dtype=torch.bool, device=device)
+        table[torch.tensor(sorted(allowed), device=device) - lo] = True
+        member = table[planes.to(torch.int32) - lo]
+        if not bool(member.all()):
+            index = tuple(int(i) for i in (~member).nonzero()[0])
+            raise ValueError(f"{name}{list(index)} = {int(planes[index])} is not in the {digits} digit set")
+    return [max(-low, high) for low, high in zip(mins, maxs)]
+
+
+def _max_abs(x: torch.Tensor) -> int:
+    # aminmax rather than abs(): abs(-128) overflows int8.
+    if x.numel() == 0:
+        return 0
+    low, high = x.aminmax()
+    return max(-int(low), int(high))
+
+
+def _e2m1_codes(device) -> tuple[torch.Tensor, int]:
+    """Table from an fp4 digit v (at index v - lo) to the E2M1 code of v / 2."""
+    codes = {}
+    for exponent in range(4):
+        for mantissa in range(2):
+            # E2M1: bias 1, exponent 0 is subnormal.
+            if exponent:
+                value = (1 + Fraction(mantissa, 2)) * Fraction(2) ** (exponent - 1)
+            else:
+                value = Fraction(mantissa, 2)
+            codes[int(2 * value)] = exponent << 1 | mantissa
+    allowed = digit_set("fp4")
+    lo = min(allowed)
+    table = torch.zeros(max(allowed) - lo + 1, dtype=torch.uint8)
+    for v in allowed:
+        table[v - lo] = codes[abs(v)] | (8 if v < 0 else 0)
+    return table.to(device), lo
+
+
+def _to_operand(planes: torch.Tensor, operand: str, block_k: int) -> torch.Tensor:
+    pad = -planes.shape[-1] % block_k
+    if pad:
+        planes = torch.nn.functional.pad(planes, (0, pad))
+    if operand == "int8":
+        converted = planes.to(torch.int8)
+    elif operand == "e4m3":
+        # fp16 holds every E4M3 integer exactly, so the two-step conversion rounds nothing.
+        converted = planes.to(torch.float16).to(torch.float8_e4m3fn)
+    else:
+        table, lo = _e2m1_codes(planes.device)
+        codes = table[planes.to(torch.int32) - lo]
+        converted = codes[..., 0::2] | (codes[..., 1::2] << 4)
+    converted = converted.contiguous()
+    # Tensor descriptors need 16-byte aligned bases; a caller's offset view may not be.
+    return converted if converted.data_ptr() % 16 == 0 else converted.clone()
+
+
+def _check_coefficients(coefficients, planes: int, modulus) -> list[int]:
+    if isinstance(modulus, bool) or not isinstance(modulus, int) or not 2 <= modulus < _MAX_MODULUS:
+        raise ValueError(f"modulus {modulus!r} must be an int in [2, 2**31)")
+    coefficients = list(coefficients)
+    if len(coefficients) != planes:
+        raise ValueError(f"{len(coefficients)} coefficients for {planes} planes: pass one coefficient per plane")
+    for c in coefficients:
+        if isinstance(c, bool) or not isinstance(c, int):
+            raise TypeError(f"coefficient {c!r} is not an int")
+    return [c % modulus for c in coefficients]
+
+
+def _check_shapes(a_planes: torch.Tensor, b_planes: torch.Tensor) -> None:
+    if a_planes.dim() < 3 or a_planes.shape[:-2] != b_planes.shape[:-2] or a_planes.shape[-1] != b_planes.shape[-1]:
+        raise ValueError(
+            f"plane shapes {tuple(a_planes.shape)} and {tuple(b_planes.shape)} do not match: expected "
+            f"[T, ..., M, K] and [T, ..., N, K] (B K-major) with equal T, batch dims and K"
+        )
+
+
+def grouped_modular_matmul(
+    groups: Sequence[tuple[torch.Tensor, torch.Tensor, Sequence[int], int]],
+    *,
+    digits: str,
+    operand: str | None = None,
+    config: PlaneGemmConfig | None = None,
+    k_chunk: int | None = None,
+    out_dtype: torch.dtype = torch.int64,
+) -> torch.Tensor:
+    """``modular_matmul`` for several (a_planes, b_planes, coefficients, modulus) groups of
+    one shape in a single launch; returns ``[G, ..., M, N]``.  Plane counts may differ
+    between groups.  ``operand`` (default: ``select_operand``), ``config`` (default: the
+    first of ``CONFIGS[operand]`` that the planes' windows admit) and ``k_chunk``
+    (default: the exact bound) override the automatic choices after validation."""
+    if not groups:
+        raise ValueError("grouped_modular_matmul needs at least one group")
+    if out_dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"out_dtype {out_dtype}: residues are returned as torch.int32 or torch.int64")
+    first_a, first_b = groups[0][0], groups[0][1]
+    device = first_a.device if isinstance(first_a, torch.Tensor) else None
+    max_product, coefficients, moduli, plane_start = 1, [], [], [0]
+    for index, (a_planes, b_planes, coeffs, modulus) in enumerate(groups):
+        a_max = _check_planes(f"group {index} a_planes", a_planes, device, digits)
+        b_max = _check_planes(f"group {index} b_planes", b_planes, device, digits)
+        _check_shapes(a_planes, b_planes)
+        if a_planes.shape[1:] != first_a.shape[1:] or b_planes.shape[1:] != first_b.shape[1:]:
+            raise ValueError(f"group {index} planes differ in shape from group 0: group calls need one shape")
+        coefficients += _check_coefficients(coeffs, a_planes.shape[0], modulus)
+        moduli.append(modulus)
+        plane_start.append(len(coefficients))
+        max_product = max([max_product] + [p * q for p, q in zip(a_max, b_max)])
+
+    if operand is None:
+        operand = select_operand(digits, device)
+    elif operand not in OPERANDS:
+        raise ValueError(f"unknown operand {operand!r}; known: {', '.join(OPERANDS)}")
+    if not digit_set(digits) <= digit_set(OPERANDS[operand]):
+        raise ValueError(f"operand {operand} cannot hold every {digits} digit; choose one of "
+                         f"{[o for o, d in OPERANDS.items() if digit_set(digits) <= digit_set(d)]}")
+    if config is None:
+        config = next((c for c in CONFIGS[operand] if _admits(operand, c, max_product)), CONFIGS[operand][0])
+    chunk = plan_chunk(operand, config, max_product, k_chunk)
+    if device.type == "cpu" and not isinstance(_plane_gemm_kernel, InterpretedFunction):
+        raise ValueError("planes are on the CPU but Triton kernels run on CPU tensors only under "
+                         "TRITON_INTERPRET=1 (set before importing kernels): move the planes to a GPU")
+
+    *batch, m_rows, k = first_a.shape[1:]
+    n_cols = first_b.shape[-2]
+    out = torch.empty((len(groups), *batch, m_rows, n_cols), dtype=out_dtype, device=device)
+    if out.numel() == 0:
+        return out
+    if k == 0:
+        return out.zero_()
+    n_batch = out[0, ..., 0, 0].numel()
+
+    def stack(index: int) -> torch.Tensor:
+        planes = torch.cat([g[index] for g in groups]) if len(groups) > 1 else groups[0][index]
+        return _to_operand(planes.reshape(planes.shape[0], n_batch, *planes.shape[-2:]), operand, config.block_k)
+
+    _launch(stack(0), stack(1), coefficients, plane_start, moduli, out.view(len(groups), n_batch, m_rows, n_cols),
+            operand, config, chunk)
+    return out
+
+
+def _launch(a_op: torch.Tensor, b_op: torch.Tensor, coefficients: list[int], plane_start: list[int],
+            moduli: list[int], out: torch.Tensor, operand: str, config: PlaneGemmConfig, chunk: int) -> None:
+    """Launches the kernel on operands already converted by ``_to_operand`` ([T, batch, rows,
+    K]) into ``out`` ([G, batch, M, N]); callers have validated every bound."""
+    device = a_op.device
+    n_groups, n_batch, m_rows, n_cols = out.shape
+    packed_k = a_op.shape[-1]
+    n_k_blocks = packed_k * (2 if operand == "e2m1" else 1) // config.block_k
+    chunk_blocks = chunk // config.block_k
+    single_flush = all(e - s == 1 for s, e in zip(plane_start, plane_start[1:])) and chunk_blocks >= n_k_blocks
+    a_src, b_src = a_op.view(-1, packed_k), b_op.view(-1, packed_k)
+    if config.tma and max(a_src.shape[0], b_src.shape[0]) >= 2**31:
+        raise ValueError(f"{max(a_src.shape[0], b_src.shape[0])} plane rows exceed the int32 coordinates of TMA "
+                         f"descriptors: use a config with tma=False or fewer planes per launch")
+    if config.tma:
+        tile_k = config.block_k // 2 if operand == "e2m1" else config.block_k
+        a_src = TensorDescriptor.from_tensor(a_src, [config.block_m, tile_k])
+        b_src = TensorDescriptor.from_tensor(b_src, [config.block_n, tile_k])
+    grid = (triton.cdiv(m_rows, config.block_m) * triton.cdiv(n_cols, config.block_n), n_groups * n_batch)
+    _log.debug("plane GEMM %s: groups %d, planes %d, M %d N %d K-blocks %d, chunk %d, %s", operand, n_groups,
+               len(coefficients), m_rows, n_cols, n_k_blocks, chunk, config)
+    # One host-to-device copy for all per-plane and per-group scalars.
+    table = torch.tensor(coefficients + plane_start + moduli, dtype=torch.int64, device=device)
+    n_planes = len(coefficients)
+    _plane_gemm_kernel[grid](
+        a_src, b_src, table, table[n_planes:], table[n_planes + len(plane_start):], out,
+        m_rows, n_cols, n_batch, n_k_blocks, chunk_blocks, packed_k, packed_k,
+        *out.stride(),
+        OPERAND=operand, SINGLE_FLUSH=single_flush, SMALL_MODULI=max(moduli) < _SMALL_MODULUS, USE_TMA=config.tma,
+        BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
+        IMPRECISE_WINDOW=config.imprecise_window,
+        num_warps=config.num_warps, num_stages=config.num_stages,
+    )
+
+
+def _admits(operand: str, config: PlaneGemmConfig, max_product: int) -> bool:
+    try:
+        plan_chunk(operand, config, max_product)
+    except ValueError:
+        return False
+    return True
+
+
+def modular_matmul(
+    a_planes: torch.Tensor,
+    b_planes: torch.Tensor,
+    coefficients: Sequence[int],
+    modulus: int,
+    *,
+    digits: str,
+    operand: str | None = None,
+    config: PlaneGemmConfig | None = None,
+    k_chunk: int | None = None,
+    out_dtype: torch.dtype = torch.int64,
+) -> torch.Tensor:
+    """``(sum_t coefficients[t] * a_planes[t] @ b_planes[t]^T) mod modulus`` in [0, modulus), exactly.
+
+    ``a_planes`` is ``[T, ..., M, K]`` and ``b_planes`` ``[T, ..., N, K]`` (K-major), both
+    signed-integer tensors whose every value lies in ``digit_set(digits)``; the result is
+    ``[..., M, N]`` of ``out_dtype``.  Keywords as in ``grouped_modular_matmul``."""
+    return grouped_modular_matmul([(a_planes, b_planes, coefficients, modulus)], digits=digits, operand=operand,
+                                  config=config, k_chunk=k_chunk, out_dtype=out_dtype)[0]
+
+
+def reference_modular_matmul(a_planes: torch.Tensor, b_planes: torch.Tensor, coefficients: Sequence[int],
+                             modulus: int) -> torch.Tensor:
+    """Plain torch reference for ``modular_matmul``: int64 ``[..., M, N]`` in [0, modulus).
+
+    Each plane product runs in float64 when every partial sum is an integer of at most
+    2**53 (exact in any order, GPU included), else in int64 on the CPU (ValueError past
+    2**63)."""
+    _check_shapes(a_planes, b_planes)
+    coefficients = _check_coefficients(coefficients, a_planes.shape[0], modulus)
+    total = None
+    for a, b, c in zip(a_planes, b_planes, coefficients):
+        bound = _max_abs(a) * _max_abs(b) * a.shape[-1]
+        if bound <= 2**53:
+            product = (a.double() @ b.double().transpose(-1, -2)).long()
+        elif bound >= 2**63:
+            raise ValueError(f"K x max|a| x max|b| = {bound} overflows int64: the reference takes planes of "
+                             f"digits, not arbitrary integers")
+        else:
+            product = (a.cpu().long() @ b.cpu().long().transpose(-1, -2)).to(a.device)
+        term = product % modulus * c % modulus
+        total = term if total is None else (total + term) % modulus
+    return total
+
+
+def compile_ptx(operand: str, capability: int, config: PlaneGemmConfig, *, single_flush: bool = True,
+                small_moduli: bool = True) -> str:
+    """PTX of the plane GEMM for ``operand`` on ``sm_<capability>``, compiled without a GPU
+    (``small_moduli``: every modulus below 2**15, the 32-bit residue arithmetic).
+
+    Needs compiled kernels: under ``TRITON_INTERPRET=1`` the kernel is an interpreter
+    object, so run this in a process without that variable."""
+    if operand not in OPERANDS:
+        raise ValueError(f"unknown operand {operand!r}; known: {', '.join(OPERANDS)}")
+    if isinstance(_plane_gemm_kernel, InterpretedFunction):
+        raise RuntimeError("compile_ptx needs compiled kernels: run it in a process without TRITON_INTERPRET=1")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    constexprs = dict(OPERAND=operand, SINGLE_FLUSH=single_flush, SMALL_MODULI=small_moduli, USE_TMA=config.tma,
+                      BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
+                      GROUP_M=config.group_m, IMPRECISE_WINDOW=config.imprecise_window)
+    element = _POINTER_TYPES[operand]
+    if config.tma:
+        tile_k = config.block_k // 2 if operand == "e2m1" else config.block_k
+        a_type = f"tensordesc<{element[1:]}[{config.block_m}, {tile_k}]>"
+        b_type = f"tensordesc<{element[1:]}[{config.block_n}, {tile_k}]>"
+    else:
+        a_type = b_type = element
+    arguments = {"a_src": a_type, "b_src": b_type, "coef_ptr": "*i64", "plane_start_ptr": "*i64",
+                 "moduli_ptr": "*i64", "out_ptr": "*i64"}
+    signature = {name: arguments.get(name, "i32") for name in _plane_gemm_kernel.arg_names if name not in constexprs}
+    signature.update({name: "constexpr" for name in constexprs})
+    # What a launch specializes: 16-byte aligned pointers, row strides (K padded to whole
+    # blocks) divisible by 16.
+    aligned = [name for name, kind in signature.items() if kind.startswith("*")] + ["stride_a", "stride_b"]
+    attrs = {(_plane_gemm_kernel.arg_names.index(name),): [["tt.divisibility", 16]] for name in aligned}
+    source = ASTSource(_plane_gemm_kernel, signature, constexprs, attrs)
+    compiled = triton.compile(source, target=GPUTarget("cuda", capability, 32),
+                              options={"num_warps": config.num_warps, "num_stages": config.num_stages})
+    return compiled.asm["ptx"]

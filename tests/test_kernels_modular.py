@@ -1,0 +1,270 @@
+"""The plane-GEMM engines return exactly the torch reference, and every exactness bound
+they rest on is enforced with an error that names the fix.
+
+Without a GPU the kernels run under Triton's interpreter (tests/conftest.py), so shapes
+are small and tiles large: a few programs, a few K steps each.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import random
+
+import pytest
+import torch
+import triton
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kernels.modular import (
+    CONFIGS,
+    PlaneGemmConfig,
+    grouped_modular_matmul,
+    modular_matmul,
+    plan_chunk,
+    reference_modular_matmul,
+    select_operand,
+)
+from ozaki.digits import digit_set
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+TMA = PlaneGemmConfig(64, 64, 32, num_warps=4, num_stages=2, tma=True)
+POINTER = PlaneGemmConfig(64, 64, 64, num_warps=4, num_stages=2)
+CONFIG = {"tma": TMA, "pointer": POINTER}
+
+_TRITON = tuple(int(part) for part in triton.__version__.split(".")[:2])
+needs_dot_scaled = pytest.mark.skipif(
+    DEVICE == "cpu" and _TRITON < (3, 8), reason="tl.dot_scaled runs in Triton's interpreter from 3.8 on"
+)
+
+
+def planes(digits: str, shape: tuple[int, ...], rng: random.Random, dtype=torch.int16) -> torch.Tensor:
+    """Random digits with both extremes of the set planted, so the largest products occur."""
+    values = sorted(digit_set(digits))
+    flat = [rng.choice(values) for _ in range(torch.Size(shape).numel())]
+    out = torch.tensor(flat, dtype=dtype).reshape(shape)
+    if out.numel() >= 2:
+        out.view(-1)[0], out.view(-1)[-1] = values[0], values[-1]
+    return out.to(DEVICE)
+
+
+def coefficients(count: int, rng: random.Random) -> list[int]:
+    return [rng.randrange(-(2**70), 2**70) for _ in range(count)]
+
+
+def window(config: PlaneGemmConfig, digits: str) -> PlaneGemmConfig:
+    # Full fp8 digits (up to 448) fit no FP8 wgmma window: promote every instruction.
+    return dataclasses.replace(config, imprecise_window=0) if digits == "fp8" else config
+
+
+ENGINES = [
+    # digits, operand, planes, modulus, config
+    ("int8", "int8", 1, 251, "tma"),
+    ("int8", "int8", 1, 256, "pointer"),
+    ("int4", "int8", 2, 7, "tma"),
+    ("fp4", "int8", 6, 169, "tma"),
+    ("fp4", "e4m3", 3, 89, "tma"),
+    ("fp4", "e4m3", 3, 13, "pointer"),
+    ("fp8", "e4m3", 3, 251, "tma"),
+    ("fp8", "e4m3", 2, 2**31 - 1, "pointer"),
+    # Moduli from 2**15 up take the 64-bit residue arithmetic, smaller ones the 32-bit one.
+    ("int8", "int8", 1, 2**15 - 1, "pointer"),
+    ("int8", "int8", 1, 2**15, "tma"),
+    ("fp4", "e4m3", 3, 2**31 - 1, "tma"),
+    pytest.param("fp4", "e2m1", 3, 157, "tma", marks=needs_dot_scaled),
+    pytest.param("fp4", "e2m1", 2, 89, "pointer", marks=needs_dot_scaled),
+]
+
+
+@pytest.mark.parametrize("digits, operand, count, modulus, config", ENGINES)
+def test_engine_matches_reference(digits, operand, count, modulus, config):
+    rng = random.Random(f"{digits}-{operand}-{modulus}")
+    # K = 100 is no multiple of a block (zero padding); M, N are no multiple of a tile.
+    a, b = planes(digits, (count, 70, 100), rng), planes(digits, (count, 50, 100), rng)
+    coeffs = coefficients(count, rng)
+    got = modular_matmul(a, b, coeffs, modulus, digits=digits, operand=operand, config=window(CONFIG[config], digits))
+    assert got.dtype == torch.int64 and got.shape == (70, 50)
+    assert torch.equal(got, reference_modular_matmul(a, b, coeffs, modulus))
+
+
+@pytest.mark.parametrize("count, k, k_chunk, config",
+                         [(1, 160, 64, "pointer"), (3, 160, 32, "tma"), (2, 96, 64, "tma")])
+def test_k_chunks_combine_exactly(count, k, k_chunk, config):
+    rng = random.Random(k_chunk * count)
+    a, b = planes("fp4", (count, 64, k), rng), planes("fp4", (count, 64, k), rng)
+    coeffs = coefficients(count, rng)
+    got = modular_matmul(a, b, coeffs, 211, digits="fp4", operand="e4m3", config=CONFIG[config], k_chunk=k_chunk)
+    assert torch.equal(got, reference_modular_matmul(a, b, coeffs, 211))
+
+
+def test_grouped_launch_matches_each_group():
+    rng = random.Random(5)
+    groups = [(planes("fp4", (count, 40, 70), rng), planes("fp4", (count, 30, 70), rng), coefficients(count, rng), m)
+              for count, m in [(1, 7), (3, 89), (6, 256), (4, 149)]]
+    got = grouped_modular_matmul(groups, digits="fp4", config=TMA)
+    assert got.shape == (4, 40, 30)
+    for index, (a, b, coeffs, m) in enumerate(groups):
+        assert torch.equal(got[index], reference_modular_matmul(a, b, coeffs, m))
+
+
+def test_batch_dimensions_and_int32_output():
+    rng = random.Random(6)
+    a, b = planes("int8", (1, 2, 3, 33, 40), rng, torch.int8), planes("int8", (1, 2, 3, 20, 40), rng, torch.int8)
+    got = modular_matmul(a, b, [3], 97, digits="int8", config=POINTER, out_dtype=torch.int32)
+    assert got.dtype == torch.int32 and got.shape == (2, 3, 33, 20)
+    assert torch.equal(got.long(), reference_modular_matmul(a, b, [3], 97))
+
+
+def test_empty_dimensions():
+    a = torch.zeros((2, 5, 0), dtype=torch.int16, device=DEVICE)
+    b = torch.zeros((2, 4, 0), dtype=torch.int16, device=DEVICE)
+    assert torch.equal(modular_matmul(a, b, [1, 2], 13, digits="fp4"), torch.zeros((5, 4), dtype=torch.int64,
+                                                                                    device=DEVICE))
+    assert modular_matmul(a[:, :0], b, [1, 2], 13, digits="fp4").shape == (0, 4)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    digits=st.sampled_from(["int8", "fp4", "fp8"]),
+    m=st.integers(1, 70),
+    n=st.integers(1, 70),
+    k=st.integers(1, 130),
+    count=st.integers(1, 3),
+    modulus=st.integers(2, 2**31 - 1),
+    seed=st.integers(0, 2**32),
+)
+def test_default_engine_is_exact(digits, m, n, k, count, modulus, seed):
+    rng = random.Random(seed)
+    count = 1 if digits == "int8" else count
+    a, b = planes(digits, (count, m, k), rng), planes(digits, (count, n, k), rng)
+    coeffs = coefficients(count, rng)
+    got = modular_matmul(a, b, coeffs, modulus, digits=digits, config=window(TMA, digits))
+    assert torch.equal(got, reference_modular_matmul(a, b, coeffs, modulus))
+
+
+@pytest.mark.parametrize(
+    "operand, max_product, config, expected",
+    [
+        ("int8", 128 * 128, PlaneGemmConfig(128, 128, 128), 130944),  # (2**31 - 1) // 16384 = 131071
+        ("int8", 12 * 12, PlaneGemmConfig(128, 128, 128), 14913024),
+        ("e4m3", 12 * 12, PlaneGemmConfig(128, 128, 128, imprecise_window=64), 116480),  # 2**24 // 144 = 116508
+        ("e2m1", 12 * 12, PlaneGemmConfig(128, 128, 64), 116480),
+        ("e4m3", 448 * 448, PlaneGemmConfig(64, 64, 64, imprecise_window=0), 64),  # 2**24 // 200704 = 83
+    ],
+)
+def test_chunk_is_the_exact_bound_in_whole_blocks(operand, max_product, config, expected):
+    assert plan_chunk(operand, config, max_product) == expected
+
+
+@given(max_product=st.integers(1, 2**22), block_k=st.sampled_from([32, 64, 128]))
+def test_chunk_is_largest_exact_multiple(max_product, block_k):
+    config = PlaneGemmConfig(64, 64, block_k, imprecise_window=0)
+    for operand, exact in (("int8", 2**31 - 1), ("e4m3", 2**24)):
+        if exact // max_product < block_k:
+            with pytest.raises(ValueError, match="fewer than block_k"):
+                plan_chunk(operand, config, max_product)
+            continue
+        chunk = plan_chunk(operand, config, max_product)
+        assert chunk % block_k == 0 and chunk * max_product <= exact < (chunk + block_k) * max_product
+
+
+def test_operand_choice_is_logged(caplog):
+    with caplog.at_level(logging.DEBUG, logger="ozaki.kernels"):
+        assert select_operand("fp4", "cpu") == "e4m3"
+        assert select_operand("fp8", "cpu") == "e4m3"
+        assert select_operand("int8", "cpu") == "int8"
+    assert "digits fp4 on cpu (capability None): operand e4m3" in caplog.text
+
+
+def test_reference_large_values_take_the_int64_path():
+    # Values beyond digit sets push the float64 bound past 2**53; compare with Python ints.
+    rng = random.Random(9)
+    a = torch.tensor([[[rng.randrange(-(2**29), 2**29) for _ in range(3)] for _ in range(2)]])
+    b = torch.tensor([[[rng.randrange(-(2**29), 2**29) for _ in range(3)] for _ in range(2)]])
+    got = reference_modular_matmul(a, b, [-5], 1_000_003)
+    for i in range(2):
+        for j in range(2):
+            exact = -5 * sum(int(a[0, i, t]) * int(b[0, j, t]) for t in range(3))
+            assert int(got[i, j]) == exact % 1_000_003
+    with pytest.raises(ValueError, match="overflows int64"):
+        reference_modular_matmul(a * 2**3, b * 2**3, [1], 7)
+
+
+def _bad(**change):
+    rng = random.Random(3)
+    call = dict(a=planes("fp4", (2, 8, 40), rng), b=planes("fp4", (2, 8, 40), rng), coefficients=[1, 2],
+                modulus=89, digits="fp4", config=TMA)
+    call.update(change)
+    return call
+
+
+def _with(tensor, index, value):
+    tensor = tensor.clone()
+    tensor[index] = value
+    return tensor
+
+
+BAD_CALLS = [
+    (lambda c: dict(a=c["a"].float()), TypeError, "signed integer digit planes"),
+    (lambda c: dict(a=_with(c["a"], (1, 2, 3), 5)), ValueError, r"\[1, 2, 3\] = 5 is not in the fp4 digit set"),
+    (lambda c: dict(b=_with(c["b"], (0, 0, 0), 16)), ValueError, "outside the fp4 digits"),
+    (lambda c: dict(b=c["b"][..., :39]), ValueError, "do not match"),
+    (lambda c: dict(b=c["b"][:1]), ValueError, "do not match"),
+    (lambda c: dict(coefficients=[1]), ValueError, "1 coefficients for 2 planes"),
+    (lambda c: dict(coefficients=[1, 2.0]), TypeError, "coefficient 2.0 is not an int"),
+    (lambda c: dict(modulus=1), ValueError, r"modulus 1 must be an int in \[2, 2\*\*31\)"),
+    (lambda c: dict(modulus=2**31), ValueError, "modulus"),
+    (lambda c: dict(modulus=True), ValueError, "modulus"),
+    (lambda c: dict(digits="fp16"), ValueError, "unknown digit set"),
+    (lambda c: dict(digits="fp8", operand="int8"), ValueError, "operand int8 cannot hold every fp8 digit"),
+    (lambda c: dict(operand="bf16"), ValueError, "unknown operand"),
+    (lambda c: dict(k_chunk=48), ValueError, "multiple of block_k 32"),
+    (lambda c: dict(operand="int8", k_chunk=2**31), ValueError, "at most 14913080"),
+    (lambda c: dict(operand="e4m3", config=PlaneGemmConfig(64, 64, 128, imprecise_window=128)), ValueError,
+     r"imprecise_window 128 x max\|P\*Q\| 144 >= 2\*\*14.*imprecise_window <= 113"),
+    (lambda c: dict(a=planes("fp8", (2, 8, 40), random.Random(1)), b=planes("fp8", (2, 8, 40), random.Random(2)),
+                    digits="fp8", config=PlaneGemmConfig(64, 64, 128, imprecise_window=0)), ValueError,
+     "allows only 83 exact products"),
+    (lambda c: dict(out_dtype=torch.float64), TypeError, "out_dtype"),
+]
+
+
+@pytest.mark.parametrize("change, error, message", BAD_CALLS)
+def test_bad_calls_raise(change, error, message):
+    call = _bad()
+    call.update(change(call))
+    with pytest.raises(error, match=message):
+        modular_matmul(call.pop("a"), call.pop("b"), call.pop("coefficients"), call.pop("modulus"), **call)
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        (dict(block_m=48), "power of two"),
+        (dict(block_k=16), "K >= 32"),
+        (dict(imprecise_window=48), "multiple of 32"),
+        (dict(block_k=32, imprecise_window=64), "no larger than block_k"),
+    ],
+)
+def test_bad_configs_raise(fields, message):
+    with pytest.raises(ValueError, match=message):
+        PlaneGemmConfig(**{"block_m": 64, "block_n": 64, "block_k": 64, **fields})
+
+
+def test_bad_groups_raise():
+    rng = random.Random(4)
+    a, b = planes("fp4", (1, 8, 32), rng), planes("fp4", (1, 8, 32), rng)
+    with pytest.raises(ValueError, match="at least one group"):
+        grouped_modular_matmul([], digits="fp4")
+    with pytest.raises(ValueError, match="group 1 planes differ in shape"):
+        grouped_modular_matmul([(a, b, [1], 7), (a[:, :4], b, [1], 7)], digits="fp4")
+
+
+def test_every_listed_config_is_valid_for_its_operand():
+    # The launcher falls back along these lists; each must admit the digits its operand is for.
+    for operand, configs in CONFIGS.items():
+        digits = {"int8": "int8", "e4m3": "fp4", "e2m1": "fp4"}[operand]
+        largest = max(abs(v) for v in digit_set(digits)) ** 2
+        for config in configs:
+            assert plan_chunk(operand, config, largest) >= config.block_k

@@ -1,0 +1,114 @@
+"""Compile-only checks, no GPU needed: each plane GEMM lowers to the tensor-core MMA the
+exactness argument assumes, and the FP8 path places its fp32 promotions where the
+window says.
+
+Compilation needs real (not interpreted) kernels, and tests/conftest.py turns on the
+interpreter when there is no GPU, so one subprocess without TRITON_INTERPRET compiles
+every variant up front.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import triton
+
+from kernels.modular import PlaneGemmConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+_TRITON = tuple(int(part) for part in triton.__version__.split(".")[:2])
+
+VARIANTS = {
+    # name: (operand, capability, config[, moduli below 2**15 (default True)])
+    "int8-tma": ("int8", 90, PlaneGemmConfig(128, 128, 128, num_warps=8, tma=True)),
+    "int8-big-moduli": ("int8", 90, PlaneGemmConfig(128, 128, 128, num_warps=8, tma=True), False),
+    "int8-pointer": ("int8", 90, PlaneGemmConfig(128, 256, 128, num_warps=8)),
+    "e4m3-w64": ("e4m3", 90, PlaneGemmConfig(128, 128, 128, num_warps=8, imprecise_window=64, tma=True)),
+    "e4m3-w32": ("e4m3", 90, PlaneGemmConfig(128, 128, 128, num_warps=4, imprecise_window=32)),
+    "e4m3-w0": ("e4m3", 90, PlaneGemmConfig(128, 128, 64, num_warps=4, imprecise_window=0, tma=True)),
+}
+SM100 = {"e2m1-sm100": ("e2m1", 100, PlaneGemmConfig(128, 128, 128, num_warps=4, tma=True))}
+
+_SCRIPT = """
+import json, sys
+from kernels.modular import PlaneGemmConfig, compile_ptx
+out = {}
+for name, (operand, capability, fields, small) in json.loads(sys.argv[1]).items():
+    out[name] = compile_ptx(operand, capability, PlaneGemmConfig(**fields), small_moduli=small)
+json.dump(out, open(sys.argv[2], "w"))
+"""
+
+
+def compile_variants(variants: dict, folder: Path) -> subprocess.CompletedProcess | dict[str, str]:
+    """PTX of each variant from one subprocess, or the finished process when it failed."""
+    request = {name: (v[0], v[1], vars(v[2]), v[3] if len(v) > 3 else True) for name, v in variants.items()}
+    target = folder / "ptx.json"
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    done = subprocess.run([sys.executable, "-c", _SCRIPT, json.dumps(request), str(target)], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=900)
+    return json.loads(target.read_text()) if done.returncode == 0 else done
+
+
+@pytest.fixture(scope="module")
+def ptx(tmp_path_factory) -> dict[str, str]:
+    result = compile_variants(VARIANTS, tmp_path_factory.mktemp("ptx"))
+    assert isinstance(result, dict), result.stderr[-4000:]
+    return result
+
+
+def mma(text: str) -> set[str]:
+    return set(re.findall(r"(?:wgmma\.mma_async|tcgen05\.mma|mma\.sync)\S*", text))
+
+
+def fp32_adds(text: str) -> int:
+    return len(re.findall(r"\badd(?:\.rn)?\.f32\b", text))
+
+
+def test_int8_is_wgmma_s8_with_int32_accumulation(ptx):
+    for name in ("int8-tma", "int8-big-moduli", "int8-pointer"):
+        assert {m for m in mma(ptx[name]) if m.startswith("wgmma")} == mma(ptx[name])
+        assert all(m.endswith(".s32.s8.s8") for m in mma(ptx[name])), mma(ptx[name])
+        assert fp32_adds(ptx[name]) == 0
+
+
+def test_tma_configs_use_the_bulk_tensor_copy(ptx):
+    assert "cp.async.bulk.tensor" in ptx["int8-tma"]
+    assert "cp.async.bulk.tensor" not in ptx["int8-pointer"]
+
+
+@pytest.mark.parametrize("name", ["e4m3-w64", "e4m3-w32"])
+def test_fp8_wgmma_promotes_once_per_window(name, ptx):
+    config = VARIANTS[name][2]
+    assert mma(ptx[name]) and all(".f32.e4m3.e4m3" in m and m.startswith("wgmma") for m in mma(ptx[name]))
+    # Each window of W products ends in one fp32 add per accumulator register: that add is
+    # the promotion the exactness argument needs.
+    registers = config.block_m * config.block_n // (32 * config.num_warps)
+    assert fp32_adds(ptx[name]) == config.block_k // config.imprecise_window * registers
+
+
+def test_fp8_window_zero_is_the_upcast_path(ptx):
+    assert mma(ptx["e4m3-w0"]) and all(m.startswith("mma.sync") and ".f16.f16" in m for m in mma(ptx["e4m3-w0"]))
+
+
+def test_fp4_on_sm100_is_native_block_scaled(tmp_path):
+    result = compile_variants(SM100, tmp_path)
+    if not isinstance(result, dict) and _TRITON < (3, 9):
+        # Triton 3.6 aborts in NVWS InsertTmemAref on any tl.dot_scaled for sm_100, so
+        # select_operand keeps those releases off the e2m1 path.
+        pytest.skip(f"triton {triton.__version__} cannot compile tl.dot_scaled for sm_100")
+    assert isinstance(result, dict), result.stderr[-4000:]
+    found = mma(result["e2m1-sm100"])
+    assert found and all("kind::mxf4" in m for m in found), found
+
+
+def test_residue_reduction_avoids_int64_division(ptx):
+    # Emulated 64-bit division in the epilogue once cost as much as the K loop.
+    for text in ptx.values():
+        assert not re.search(r"\b(?:div|rem)\.[su]64\b", text)

@@ -96,8 +96,8 @@ def emulated_matmul(a: torch.Tensor, b: torch.Tensor, *, accuracy: Accuracy = "f
         plan = choose_moduli(engine, k, 4 * k << (p + q), device)
         log.debug("engine %s: p=%d q=%d K=%d, %d moduli", plan.engine, p, q, k, len(plan.moduli))
 
-        # 2. Residues: A'_i = A' mod m_i, B'_i = B' mod m_i — in Triton straight to each
-        #    modulus' digit planes, one pass per operand.
+        # 2. Residues: A'_i = A' mod m_i, B'_i = B' mod m_i — with Triton, fused from the
+        #    float64 input straight to each modulus' digit planes, one pass per operand.
         fused = plan.encodings is not None and _kernels_available(device)
         if fused:
             planes_a, planes_b = _encode_planes(a, bt, sa.bits, sb.bits, plan.encodings)
@@ -116,6 +116,10 @@ def emulated_matmul(a: torch.Tensor, b: torch.Tensor, *, accuracy: Accuracy = "f
 
     with _stage("decode", device):
         # 4–5. CRT and unscale: C = diag(2^-s) C' diag(2^-t), rounded once.
+        if fused:
+            from kernels.decode import decode_residues  # noqa: PLC0415
+
+            return decode_residues(c, plan.moduli, -sa.shift, -sb.shift)
         exponent = -(sa.shift[..., :, None] + sb.shift[..., None, :])
         return round_to_float64(garner(c, plan.moduli), plan.moduli, exponent)
 

@@ -1,3 +1,4 @@
+from kernels.autotune import best_config, tuned_plane_config
 from kernels.decode import decode_residues
 from kernels.encode import encode_planes
 from kernels.modular import grouped_modular_matmul, modular_matmul, reference_modular_matmul
@@ -12,4 +13,6 @@ __all__ = [
     "reference_modular_matmul",
     "decode_residues",
     "encode_planes",
+    "best_config",
+    "tuned_plane_config",
 ]

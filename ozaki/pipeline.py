@@ -170,7 +170,8 @@ def _encode_planes(a, bt, bits_a, bits_b, encodings):
 
 
 def _grouped_plane_products(planes_a, planes_b, encodings: tuple[Encoding, ...]) -> torch.Tensor:
-    from kernels.modular import grouped_modular_matmul  # noqa: PLC0415
+    from kernels.autotune import tuned_plane_config  # noqa: PLC0415
+    from kernels.modular import grouped_modular_matmul, select_operand  # noqa: PLC0415
 
     groups, start = [], 0
     for encoding in encodings:
@@ -178,4 +179,12 @@ def _grouped_plane_products(planes_a, planes_b, encodings: tuple[Encoding, ...])
         coefficients = [plane.coefficient for plane in encoding.planes]
         groups.append((planes_a[start:stop], planes_b[start:stop], coefficients, encoding.modulus))
         start = stop
-    return grouped_modular_matmul(groups, digits=encodings[0].digits)
+    # The tuner times only configurations the bitwise checker proves equivalent, so the
+    # choice never changes a bit; the encodings bound every plane product.
+    digits, device = encodings[0].digits, planes_a.device
+    (m, k), n = planes_a.shape[-2:], planes_b.shape[-2]
+    config = tuned_plane_config(
+        select_operand(digits, device), m, n, k, [len(e.planes) for e in encodings],
+        max(e.max_plane_product for e in encodings), device, moduli=[e.modulus for e in encodings],
+    )
+    return grouped_modular_matmul(groups, digits=digits, config=config)

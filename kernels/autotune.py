@@ -1,0 +1,230 @@
+"""Autotuning that cannot change an answer: time only configurations proven bit-equivalent.
+
+A kernel's default configuration fixes its bits.  The checker (``kernels.check``) partitions every
+kernel's configurations into classes that return the same bits on every input; the tuner times the
+members of the default's class alone, so whichever wins, the result is bit for bit the default's.
+Timing happens once per workload key on CUDA (``triton.testing.do_bench``, median) and the winner is
+cached in-process.  On the CPU the kernels run in Triton's interpreter, whose timings say nothing
+about a GPU, so the default is returned untimed; so it is on GPUs the descriptors do not model,
+where no class has been proven.  Every choice is logged on ``logging.getLogger("ozaki.kernels")``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import os
+import threading
+from collections.abc import Callable, Hashable, Sequence
+
+import torch
+import triton.testing
+from triton.runtime.errors import OutOfResources
+
+from kernels.check import equivalent_configs, families
+from kernels.check.run import target_for
+
+__all__ = ["best_config", "candidates", "clear_cache", "tuned_plane_config"]
+
+_log = logging.getLogger("ozaki.kernels")
+
+# One lock for every tuning, held while timing: two tunings timed at once on one GPU would measure
+# each other's contention, and a second thread asking for a key being tuned waits for its winner
+# instead of timing it again.  Reentrant so that a run() may itself ask for a tuned config.
+_lock = threading.RLock()
+_winners: dict[Hashable, tuple] = {}
+
+# Timing planes hold only -1, 0 and 1 (members of every digit set); the chunking the real digits
+# need is passed explicitly as k_chunk, so the launch does the same work as the real one.
+_TIMING_DIGITS = (-1, 0, 1)
+_SMALL_MODULI_BELOW = 2**15  # kernels.modular's 32-bit residue path serves moduli below it (the catalog's)
+_LARGE_MODULUS = 2**31 - 1
+
+
+def _freeze(config: dict) -> tuple:
+    return tuple(sorted(config.items()))
+
+
+@functools.lru_cache(maxsize=None)
+def _class_of(name: str, default: tuple | None, target: str) -> tuple[tuple, tuple[tuple, ...]]:
+    """(default, its class) for kernel `name` on `target`, configurations frozen; default None means
+    the family's first configuration."""
+    if default is None:
+        family = next((f for f in families(target) if f.name == name), None)
+        if family is None:
+            raise ValueError(f"unknown kernel {name!r}; known: {[f.name for f in families(target)]}")
+        default = _freeze(family.configs[0])
+    return default, tuple(_freeze(c) for c in equivalent_configs(name, dict(default), target))
+
+
+def candidates(name: str, default: dict | None = None, *, target: str = "sm_90") -> list[dict]:
+    """The configurations of kernel `name` (a ``kernels.check.families()`` name such as
+    ``"tc_sum.float16"``) proven to give the bits of `default` (its family's first configuration
+    when None) on `target`: exactly the set the tuner may choose from."""
+    _, members = _class_of(name, None if default is None else _freeze(default), target)
+    return [dict(c) for c in members]
+
+
+def _tuning_target(device: torch.device) -> str | None:
+    """The checker target whose classes license timing on `device`; None where timing is meaningless
+    (the interpreter) or no class is proven (a GPU the descriptors do not model)."""
+    if device.type != "cuda" or os.environ.get("TRITON_INTERPRET") == "1":
+        return None
+    try:
+        return target_for(device)
+    except ValueError as error:
+        _log.warning("autotune: %s; using default configurations untimed", error)
+        return None
+
+
+def _device(device) -> torch.device:
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def _time(name: str, run: Callable[[dict], object], default: tuple, members: list[tuple]) -> tuple:
+    """The fastest of `members` by median do_bench time; ties go to the earlier, the default first."""
+    timings = []
+    for config in [default] + [c for c in members if c != default]:
+        try:
+            ms = triton.testing.do_bench(lambda config=config: run(dict(config)), return_mode="median")
+        except OutOfResources as error:
+            # The default is what an untuned launch would run: its failure is the caller's to see.
+            if config == default:
+                raise
+            _log.info("autotune %s: skipping %s, which does not fit the device (%s)", name, dict(config), error)
+            continue
+        timings.append((ms, len(timings), config))
+    ms, _, best = min(timings)
+    _log.info("autotune %s: %s in %.4f ms (default %.4f ms; %d timed of %d admitted in its class)", name,
+              dict(best), ms, timings[0][0], len(timings), len(members))
+    return best
+
+
+def best_config(
+    name: str,
+    run: Callable[[dict], object],
+    *,
+    key: Hashable,
+    device: torch.device | str,
+    default: dict | None = None,
+    admits: Callable[[dict], bool] | None = None,
+) -> dict:
+    """The fastest configuration of kernel `name` that gives the bits of `default` on `device`.
+
+    name: a ``kernels.check.families()`` name (``"tc_sum.bfloat16"``, ``"modular_matmul.e4m3"``).
+    run(config): launches the kernel once with config (a dict, as the checker lists them) on
+    representative data of the workload.  key: hashable; with name, device and default it must
+    identify the workload, so include every shape, dtype and operand that run's cost or admits'
+    verdict depends on.  default: one of the family's configurations (its first when None).
+    admits(config): launcher limits, such as exactness windows, a candidate must also meet; the
+    default must meet them.  Returns a fresh dict; on CPU (interpreter) the default, untimed.
+    """
+    try:
+        hash(key)
+    except TypeError:
+        raise TypeError(f"autotune key {key!r} is not hashable: pass a tuple of the workload's shape, "
+                        f"dtype and operand") from None
+    device = _device(device)
+    target = _tuning_target(device)
+    # Resolved on every device, so a wrong name or config fails in CI as it would on a GPU.
+    frozen, members = _class_of(name, None if default is None else _freeze(default), target or "interpreter")
+    if admits is not None and not admits(dict(frozen)):
+        raise ValueError(f"{name}: default {dict(frozen)} is not admitted for workload {key!r}; pass a default "
+                         f"the launcher accepts (its first admitted configuration)")
+    if target is None:
+        _log.debug("autotune %s on %s: default %s, untimed", name, device, dict(frozen))
+        return dict(frozen)
+    cache_key = (name, target, str(device), frozen, key)
+    with _lock:
+        best = _winners.get(cache_key)
+        if best is None:
+            admitted = [c for c in members if admits is None or admits(dict(c))]
+            best = _winners[cache_key] = _time(name, run, frozen, admitted)
+    return dict(best)
+
+
+def clear_cache() -> None:
+    """Forget every tuned winner (the next request for each key times its class again)."""
+    with _lock:
+        _winners.clear()
+
+
+def _positive(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"tuned_plane_config: {name} = {value!r} must be an int")
+    if value < 1:
+        raise ValueError(f"tuned_plane_config: {name} = {value} must be at least 1")
+    return value
+
+
+def tuned_plane_config(
+    operand: str,
+    m: int,
+    n: int,
+    k: int,
+    planes: int | Sequence[int],
+    max_product: int,
+    device: torch.device | str,
+    *,
+    moduli: Sequence[int] | None = None,
+):
+    """``config=`` for ``kernels.modular.grouped_modular_matmul``: the fastest ``PlaneGemmConfig``
+    of `operand` whose exactness windows admit planes with largest ``|P_t| * |Q_t|`` = `max_product`
+    (every such config returns the exact residues).  planes: the plane count of each group (an int:
+    one group) in a launch of [T, M, K] x [T, N, K] planes; moduli: each group's modulus (None: all
+    below 2**15, as in the catalog), which selects the kernel's residue arithmetic.  On CPU the
+    launcher's own default: the first of ``CONFIGS[operand]`` that admits max_product."""
+    from kernels import modular
+
+    if operand not in modular.CONFIGS:
+        raise ValueError(f"unknown operand {operand!r}; known: {', '.join(modular.CONFIGS)}")
+    m, n, k = _positive("m", m), _positive("n", n), _positive("k", k)
+    max_product = _positive("max_product", max_product)
+    counts = (planes,) if isinstance(planes, int) and not isinstance(planes, bool) else tuple(planes)
+    if not counts:
+        raise ValueError("tuned_plane_config: planes is empty: give the plane count of at least one group")
+    counts = tuple(_positive("planes", c) for c in counts)
+    if moduli is not None and len(moduli) != len(counts):
+        raise ValueError(f"tuned_plane_config: {len(moduli)} moduli for {len(counts)} groups: one per group")
+    small = moduli is None or max(moduli) < _SMALL_MODULI_BELOW
+
+    def refusal(config) -> str | None:
+        # Until modular exports a public admission test: plan_chunk raises ValueError outside the windows.
+        try:
+            modular.plan_chunk(operand, config, max_product)
+        except ValueError as error:
+            return str(error)
+        return None
+
+    def admits(config: dict) -> bool:
+        return refusal(modular.PlaneGemmConfig(**config)) is None
+
+    default = next((c for c in modular.CONFIGS[operand] if refusal(c) is None), None)
+    if default is None:
+        raise ValueError(f"no {operand} plane-GEMM config admits max|P*Q| = {max_product}; the default's "
+                         f"limit: {refusal(modular.CONFIGS[operand][0])}")
+
+    @functools.cache
+    def groups() -> list:
+        generator = torch.Generator(device=device).manual_seed(0)
+        values = torch.tensor(_TIMING_DIGITS, dtype=torch.int8, device=device)
+
+        def draw(rows, count):
+            return values[torch.randint(0, len(values), (count, rows, k), generator=generator, device=device)]
+
+        modulus = _SMALL_MODULI_BELOW - 1 if small else _LARGE_MODULUS
+        return [(draw(m, c), draw(n, c), [1] * c, modulus) for c in counts]
+
+    def run(config: dict) -> None:
+        plane_config = modular.PlaneGemmConfig(**config)
+        chunk = modular.plan_chunk(operand, plane_config, max_product)
+        modular.grouped_modular_matmul(groups(), digits=modular.OPERANDS[operand], operand=operand,
+                                       config=plane_config, k_chunk=chunk)
+
+    chosen = best_config(f"modular_matmul.{operand}", run, key=(m, n, k, counts, max_product, small), device=device,
+                         default=dataclasses.asdict(default), admits=admits)
+    return modular.PlaneGemmConfig(**chosen)

@@ -1,0 +1,309 @@
+"""kernels.autotune: only configurations of the default's bitwise class are ever timed or chosen.
+
+Timing needs a GPU; on the CPU the tuner's timing path is exercised by declaring the device an sm_90
+target (``_tuning_target``) and replacing ``triton.testing.do_bench`` with a scripted clock.
+"""
+
+import dataclasses
+import logging
+import threading
+import time
+
+import pytest
+import torch
+import triton.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from triton.runtime.errors import OutOfResources
+
+from kernels import autotune
+from kernels.autotune import best_config, candidates, clear_cache, tuned_plane_config
+from kernels.check import classes_report
+from kernels.check.run import target_for, tc_sum_probe
+from kernels.modular import CONFIGS, plan_chunk
+from kernels.tc_sum import TC_SUM_CONFIGS, segment_length, tc_sum
+
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+REPORTS = {target: classes_report(target)["kernels"] for target in ("sm_90", "interpreter")}
+ORDER_CHANGING = 6  # TC_SUM_CONFIGS[6] doubles the segment: float sums regroup
+
+
+def _frozen(config):
+    return tuple(sorted(config.items()))
+
+
+def _class(target, name, index):
+    entry = REPORTS[target][name]
+    members = next(c for c in entry["classes"] if index in c)
+    return {_frozen(entry["configs"][i]) for i in members}
+
+
+CASES = [(target, name, index) for target, report in REPORTS.items() for name, entry in report.items()
+         for index in range(len(entry["configs"]))]
+TC_SUM_CASES = [(name, index) for name in REPORTS["sm_90"] if name.startswith("tc_sum.")
+                for index in range(len(TC_SUM_CONFIGS))]
+
+
+class Clock:
+    """Stands in for do_bench: runs fn once (so run's configs are seen) and reports a scripted time."""
+
+    def __init__(self):
+        self.times, self.delay, self.timed = {}, 0.0, []  # scripted ms by frozen config; sleep per call
+        self.lock = threading.Lock()
+
+    def __call__(self, fn, *, return_mode):
+        assert return_mode == "median"
+        fn()
+        time.sleep(self.delay)
+        with self.lock:
+            config = self.timed[-1]
+        return self.times.get(config, 1.0)
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """Every device counts as sm_90; returns the clock and a run() recording the configs it launches."""
+    monkeypatch.setattr(autotune, "_tuning_target", lambda device: "sm_90")
+    monkeypatch.setattr(autotune, "_winners", {})
+    clock = Clock()
+    monkeypatch.setattr(triton.testing, "do_bench", clock)
+
+    def run(config):
+        with clock.lock:
+            clock.timed.append(_frozen(config))
+
+    return clock, run
+
+
+@pytest.mark.parametrize(("target", "name", "index"), CASES)
+def test_candidates_are_the_checkers_class_of_the_default(target, name, index):
+    default = REPORTS[target][name]["configs"][index]
+    assert {_frozen(c) for c in candidates(name, default, target=target)} == _class(target, name, index)
+
+
+@pytest.mark.parametrize(("name", "index"), TC_SUM_CASES)
+def test_the_tuner_times_exactly_the_class(fake_gpu, name, index):
+    clock, run = fake_gpu
+    default = TC_SUM_CONFIGS[index]
+    chosen = best_config(name, run, key=("shape", 1), device="cpu", default=default)
+    assert set(clock.timed) == _class("sm_90", name, index)
+    assert len(clock.timed) == len(set(clock.timed))
+    assert clock.timed[0] == _frozen(default)
+    assert _frozen(chosen) in _class("sm_90", name, index)
+
+
+@pytest.mark.parametrize("name", ["tc_sum.float16", "tc_sum.bfloat16"])
+def test_the_order_changing_config_is_never_a_candidate(fake_gpu, name):
+    clock, run = fake_gpu
+    changed = TC_SUM_CONFIGS[ORDER_CHANGING]
+    assert segment_length(changed) != segment_length(TC_SUM_CONFIGS[0])
+    for target in REPORTS:
+        assert [ORDER_CHANGING] in REPORTS[target][name]["classes"]
+    for index, default in enumerate(TC_SUM_CONFIGS):
+        if index != ORDER_CHANGING:
+            for target in REPORTS:
+                assert changed not in candidates(name, default, target=target)
+            clock.timed.clear()
+            clock.times = {_frozen(changed): 0.0}  # fastest by far, were it ever timed
+            best_config(name, run, key=index, device="cpu", default=default)
+            assert clock.timed and _frozen(changed) not in clock.timed
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_the_dynamic_check_separates_the_order_changing_config(dtype):
+    name = f"tc_sum.{str(dtype).split('.')[1]}"
+    x = tc_sum_probe("exponent-spread", dtype, (2, 4500), seed=0).to(DEVICE)
+    reference = tc_sum(x, **TC_SUM_CONFIGS[0]).cpu()
+    members = candidates(name, target=target_for(DEVICE))
+    assert len(members) > 1
+    for config in members:
+        assert torch.equal(tc_sum(x, **config).cpu().view(torch.int32), reference.view(torch.int32)), config
+    changed = tc_sum(x, **TC_SUM_CONFIGS[ORDER_CHANGING]).cpu()
+    assert not torch.equal(changed.view(torch.int32), reference.view(torch.int32))
+
+
+@settings(max_examples=3, deadline=None)
+@given(seed=st.integers(1, 2**20), kind=st.sampled_from(["exponent-spread", "cancellation"]))
+def test_every_candidate_gives_the_defaults_bits(seed, kind):
+    for dtype in (torch.float8_e4m3fn, torch.float16, torch.bfloat16):
+        name = f"tc_sum.{str(dtype).split('.')[1]}"
+        x = tc_sum_probe(kind, dtype, (2, 2100), seed).to(DEVICE)
+        outputs = [tc_sum(x, **c).cpu().view(torch.int32) for c in candidates(name, target=target_for(DEVICE))]
+        assert all(torch.equal(outputs[0], out) for out in outputs), (name, kind, seed)
+
+
+@pytest.mark.parametrize(
+    ("times", "expected"),
+    [
+        ({}, 0),  # a tie keeps the default
+        ({2: 0.5}, 2),
+        ({0: 0.4, 1: 0.5, 3: 0.3}, 3),
+        ({0: 0.1, 4: 0.2}, 0),
+        ({1: 0.2, 4: 0.2}, 1),  # among equals, the earlier
+    ],
+)
+def test_the_winner_is_the_fastest_candidate(fake_gpu, times, expected):
+    clock, run = fake_gpu
+    clock.times = {_frozen(TC_SUM_CONFIGS[i]): ms for i, ms in times.items()}
+    assert best_config("tc_sum.float16", run, key="k", device="cpu") == TC_SUM_CONFIGS[expected]
+
+
+def test_winners_are_cached_per_key(fake_gpu):
+    clock, run = fake_gpu
+    clock.times = {_frozen(TC_SUM_CONFIGS[2]): 0.5}
+    size = len(_class("sm_90", "tc_sum.float16", 0))
+    first = best_config("tc_sum.float16", run, key=(8, 4096), device="cpu")
+    first["BLOCK_M"] = 1  # the caller's copy, not the cache
+    assert best_config("tc_sum.float16", run, key=(8, 4096), device="cpu") == TC_SUM_CONFIGS[2]
+    assert len(clock.timed) == size
+    best_config("tc_sum.float16", run, key=(8, 8192), device="cpu")
+    best_config("tc_sum.bfloat16", run, key=(8, 4096), device="cpu")
+    assert len(clock.timed) == 3 * size
+    clear_cache()
+    best_config("tc_sum.float16", run, key=(8, 4096), device="cpu")
+    assert len(clock.timed) == 4 * size
+
+
+def test_concurrent_requests_tune_once(fake_gpu):
+    clock, run = fake_gpu
+    clock.delay = 0.01
+    clock.times = {_frozen(TC_SUM_CONFIGS[3]): 0.1}
+    start = threading.Barrier(8)
+    results = []
+
+    def ask():
+        start.wait()
+        results.append(best_config("tc_sum.bfloat16", run, key="shared", device="cpu"))
+
+    threads = [threading.Thread(target=ask) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == [TC_SUM_CONFIGS[3]] * 8
+    assert sorted(clock.timed) == sorted(_class("sm_90", "tc_sum.bfloat16", 0))
+
+
+def test_the_cpu_returns_the_default_untimed(monkeypatch, caplog):
+    def forbidden(*args, **kwargs):
+        raise AssertionError("the interpreter must not be timed")
+
+    monkeypatch.setattr(triton.testing, "do_bench", forbidden)
+    assert autotune._tuning_target(torch.device("cpu")) is None
+    with caplog.at_level(logging.DEBUG, logger="ozaki.kernels"):
+        for index, default in enumerate(TC_SUM_CONFIGS):
+            assert best_config("tc_sum.float16", forbidden, key=index, device="cpu", default=default) == default
+        assert best_config("tc_sum.int8", forbidden, key=0, device="cpu") == TC_SUM_CONFIGS[0]
+        for operand, configs in CONFIGS.items():
+            assert tuned_plane_config(operand, 64, 64, 4096, 3, 1, "cpu") == configs[0]
+    assert any("untimed" in r.getMessage() and r.name == "ozaki.kernels" for r in caplog.records)
+
+
+def _admitted(operand, max_product):
+    def admits(config):
+        try:
+            plan_chunk(operand, config, max_product)
+        except ValueError:
+            return False
+        return True
+
+    return [c for c in CONFIGS[operand] if admits(c)]
+
+
+@pytest.mark.parametrize(("operand", "max_product"), [("int8", 128 * 128), ("e4m3", 144), ("e4m3", 448 * 448),
+                                                      ("e4m3", 300), ("e2m1", 144)])
+def test_cpu_plane_config_is_the_launchers_default(operand, max_product):
+    admitted = _admitted(operand, max_product)
+    assert tuned_plane_config(operand, 16, 16, 128, [2, 3], max_product, "cpu") == admitted[0]
+
+
+@settings(max_examples=25, deadline=None)
+@given(operand=st.sampled_from(sorted(CONFIGS)), max_product=st.integers(1, 2**20))
+def test_plane_candidates_are_the_admitted_members_of_the_class(operand, max_product):
+    admitted = _admitted(operand, max_product)
+    timed = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(autotune, "_tuning_target", lambda device: "sm_90")
+        patch.setattr(autotune, "_winners", {})
+        patch.setattr(triton.testing, "do_bench", lambda fn, return_mode: timed.append(fn) or 1.0)
+        if not admitted:
+            with pytest.raises(ValueError, match="max.P.Q"):
+                tuned_plane_config(operand, 16, 16, 128, 1, max_product, "cpu")
+            return
+        chosen = tuned_plane_config(operand, 16, 16, 128, 1, max_product, "cpu")
+    cls = _class("sm_90", f"modular_matmul.{operand}", CONFIGS[operand].index(admitted[0]))
+    assert len(timed) == len([c for c in admitted if _frozen(dataclasses.asdict(c)) in cls])
+    assert chosen == admitted[0]  # every time equal: the default stands
+    plan_chunk(operand, chosen, max_product)
+
+
+# 2**31 // 200 leaves int8 one block_k of 128 per exact chunk: K = 256 runs as two chunks.
+@pytest.mark.parametrize(("operand", "max_product"),
+                         [("int8", 128 * 128), ("int8", 2**31 // 200), ("e4m3", 144), ("e2m1", 144)])
+def test_plane_timing_launches_every_admitted_config(fake_gpu, monkeypatch, caplog, operand, max_product):
+    seen = []
+
+    def bench(fn, *, return_mode):
+        fn()  # a real interpreter launch with the candidate's config and exact chunk
+        seen.append(fn)
+        return 0.5 if len(seen) == 2 else 1.0  # the second candidate timed wins
+
+    monkeypatch.setattr(triton.testing, "do_bench", bench)
+    with caplog.at_level(logging.INFO, logger="ozaki.kernels"):
+        chosen = tuned_plane_config(operand, 16, 16, 256, [1, 2], max_product, DEVICE)
+    admitted = _admitted(operand, max_product)
+    assert len(seen) == len(admitted) > 1
+    assert chosen == admitted[1]
+    assert any(r.name == "ozaki.kernels" and "autotune modular_matmul" in r.getMessage() for r in caplog.records)
+
+
+def test_a_candidate_the_device_cannot_hold_is_skipped(fake_gpu, monkeypatch):
+    clock, run = fake_gpu
+    too_big = _frozen(TC_SUM_CONFIGS[1])
+
+    def bench(fn, *, return_mode):
+        fn()
+        if clock.timed[-1] == too_big:
+            raise OutOfResources(300000, 232448, "shared memory")
+        return 1.0 if clock.timed[-1] == _frozen(TC_SUM_CONFIGS[0]) else 0.5
+
+    monkeypatch.setattr(triton.testing, "do_bench", bench)
+    assert best_config("tc_sum.float16", run, key=0, device="cpu") == TC_SUM_CONFIGS[2]
+    with pytest.raises(OutOfResources):
+        best_config("tc_sum.float16", run, key=0, device="cpu", default=TC_SUM_CONFIGS[1])
+
+
+def test_admits_filters_candidates_and_must_admit_the_default(fake_gpu):
+    clock, run = fake_gpu
+
+    def admits(config):
+        return config["BLOCK_K"] == 128
+
+    best_config("tc_sum.int8", run, key=0, device="cpu", admits=admits)
+    assert {dict(c)["BLOCK_K"] for c in clock.timed} == {128}
+    with pytest.raises(ValueError, match="not admitted"):
+        best_config("tc_sum.int8", run, key=1, device="cpu", default=TC_SUM_CONFIGS[2], admits=admits)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (lambda: best_config("tc_sum.int16", print, key=0, device="cpu"), ValueError, "unknown kernel"),
+        (lambda: best_config("tc_sum.float16", print, key=0, device="cpu", default={"BLOCK_M": 64}), ValueError,
+         "not a configuration"),
+        (lambda: best_config("tc_sum.float16", print, key=[1, 2], device="cpu"), TypeError, "not hashable"),
+        (lambda: candidates("tc_sum.float16", target="sm_80"), ValueError, "unknown target"),
+        (lambda: tuned_plane_config("fp4", 16, 16, 128, 1, 1, "cpu"), ValueError, "unknown operand"),
+        (lambda: tuned_plane_config("int8", 0, 16, 128, 1, 1, "cpu"), ValueError, "m = 0"),
+        (lambda: tuned_plane_config("int8", 16, 16.0, 128, 1, 1, "cpu"), TypeError, "n = 16.0"),
+        (lambda: tuned_plane_config("int8", 16, 16, 128, [], 1, "cpu"), ValueError, "planes is empty"),
+        (lambda: tuned_plane_config("int8", 16, 16, 128, [1, 0], 1, "cpu"), ValueError, "planes = 0"),
+        (lambda: tuned_plane_config("int8", 16, 16, 128, [1, 2], 1, "cpu", moduli=[7]), ValueError,
+         "1 moduli for 2 groups"),
+        (lambda: tuned_plane_config("e4m3", 16, 16, 128, 1, 2**20, "cpu"), ValueError, "imprecise_window"),
+        (lambda: tuned_plane_config("int8", 16, 16, 128, 1, 2**25, "cpu"), ValueError, "block_k"),
+    ],
+)
+def test_errors_name_the_problem(call, error, match):
+    with pytest.raises(error, match=match):
+        call()

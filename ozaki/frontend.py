@@ -107,11 +107,12 @@ def matmul(a, b, *, accuracy="fp64", engine: str = "auto"):
 
     accuracy:
         ``"fp64"`` (default): each entry keeps a componentwise relative error of at most
-        2^-55 after scaling, so |Ĉ − C| ≤ 2^-54·(|A||B|) + u·|C| (u = 2^-53), within DGEMM's
-        worst-case bound u|C| + K·u·(|A||B|); the bits per row follow from the inputs' exponent spread.
+        2^-55 after scaling, so |Ĉ − C| ≤ 2^-54·(|A||B|) + u·|C| + 2^-1075 (u = 2^-53; the last term is
+        half the smallest subnormal), within DGEMM's worst-case bound u|C| + K·u·(|A||B|); the bits per
+        row follow from the inputs' exponent spread.
         ``"exact"``: the correctly rounded (nearest, ties to even) value of the exact product.
         ``int`` b: fast mode with b bits per row; |Ĉ − C| ≤ 2^-b·(max|A_i:|·Σ|B_:j| +
-        Σ|A_i:|·max|B_:j|) + 4^-b·K·max|A_i:|·max|B_:j| + u|C| elementwise.
+        Σ|A_i:|·max|B_:j|) + 4^-b·K·max|A_i:|·max|B_:j| + u|C| + 2^-1075 elementwise.
     engine:
         ``"auto"`` (fastest exact engine for the device), ``"reference"`` (float64 BLAS on residues),
         or a plan engine ``"int8"``, ``"fp8"``, ``"fp4"``. All engines return the same bits.

@@ -6,27 +6,37 @@ X ≡ C'_i (mod m_i):
     X = v_0 + m_0·(v_1 + m_1·(v_2 + …)),     v_i ∈ [0, m_i)
 
 The signed product is Y = X − M when 2X ≥ M, else X (so |A'B'| < M/2 is recovered
-exactly).  Y is expanded into 32-bit limbs and rounded once, to nearest with ties to even,
-as Y · 2^exponent (exponent = −s_i − t_j undoes the scaling): subnormal results and
-overflow to ±inf included.  The bits depend only on the exact integer, never on the moduli.
+exactly; the decode needs |Y| < M/4 to read the sign).  Y is expanded into 21-bit limbs
+and rounded once, to nearest with ties to even, as Y · 2^exponent (exponent = −s_i − t_j
+undoes the scaling): subnormal results and overflow to ±inf included.  The bits depend only
+on the exact integer, never on the moduli.
+
+All of it is exact integer arithmetic carried in float64 (sums below 2^53, reductions by
+:func:`ozaki._bits.floor_mod`), done in cache-sized blocks of columns.
 """
 
 from __future__ import annotations
 
 import math
+from functools import cache
 from typing import Sequence
 
+import numpy as np
 import torch
 
-from ._bits import ldexp
+from ._bits import FLOOR_MOD_LIMIT, blocks, floor_mod, ldexp
 
 __all__ = ["garner", "round_to_float64", "signed_limbs"]
 
 LIMB_BITS = 21
 _LIMB_MASK = (1 << LIMB_BITS) - 1
-# Garner's sums and the limb expansion run as float64 GEMMs of integers: exact while every
-# partial sum stays below 2^53.
+# The limb expansion runs as a float64 product of integers: exact while every partial sum
+# stays below 2^53.
 _FLOAT64_EXACT = 2**53
+_GARNER_MAX_MODULUS = 2**24
+_WINDOW = 4  # limbs rounded together: the top one and three under it
+# Below this magnitude a result may be subnormal, and is rounded bit by bit.
+_SMALLEST_SAFE = 2.0**-1021
 
 
 def _radix_weights(moduli: Sequence[int]) -> list[int]:
@@ -47,26 +57,124 @@ def _check_moduli(moduli: Sequence[int]) -> None:
         )
 
 
+@cache
+def _garner_constants(moduli: tuple[int, ...]) -> list[tuple[int, list[list[int]]]]:
+    """Per digit i: the inverse of P_i mod m_i and the weights −P_j·P_i⁻¹ mod m_i (balanced)
+    of the lower digits, in groups whose float64 sums stay within floor_mod's range."""
+    weights = _radix_weights(moduli)
+    biggest = max(moduli)
+    # |c_i·P_i⁻¹| < max(m)² and each lower term is below max(m)²/2.
+    group = int(2 * (FLOOR_MOD_LIMIT // biggest**2 - 1))
+    constants = []
+    for i, m in enumerate(moduli):
+        inverse = pow(weights[i] % m, -1, m)  # ValueError here: the moduli are not coprime
+        lower = [(-w * inverse + m // 2) % m - m // 2 for w in weights[:i]]
+        constants.append((inverse, [lower[g : g + group] for g in range(0, i, group)]))
+    return constants
+
+
 def garner(c: torch.Tensor, moduli: Sequence[int]) -> torch.Tensor:
     """Mixed-radix digits v (shape of ``c``, int64) of X ≡ c_i (mod m_i); c may hold any integers.
 
-        v_i = (c_i − Σ_{j<i} v_j·(P_j mod m_i)) · (P_i mod m_i)⁻¹  mod m_i
+        v_i = c_i·P_i⁻¹ − Σ_{j<i} v_j·(P_j·P_i⁻¹ mod m_i)   mod m_i
+
+    in float64, block by block: every term is an integer below max(m)², each group of sums
+    stays below 2^50 and is brought back to [0, m_i) by the exact :func:`floor_mod`.
     """
     if c.shape[0] != len(moduli):
         raise ValueError(f"{c.shape[0]} residue planes for {len(moduli)} moduli")
     _check_moduli(moduli)
+    if max(moduli) >= _GARNER_MAX_MODULUS:
+        raise ValueError(
+            f"modulus {max(moduli)} reaches 2^24: Garner's float64 products of two residues would pass "
+            "2^48 and leave floor_mod's exact range; use smaller moduli"
+        )
+    constants = _garner_constants(tuple(moduli))
+    flat = c.reshape(len(moduli), -1)
+    out = torch.empty(flat.shape, dtype=torch.int64, device=c.device)
+    # Row by row within a block: each op stays under torch's threading grain.
+    for block in blocks(flat.shape[1], 1, c.device):
+        x = []
+        for i, m in enumerate(moduli):
+            part = flat[i, block]
+            low, high = part.aminmax()
+            if max(-int(low), int(high)) >= max(moduli):
+                part = torch.remainder(part, m)  # keeps every c_i·P_i⁻¹ below max(m)²
+            x.append(part.to(torch.float64))
+        v = []
+        for i, (m, (inverse, groups)) in enumerate(zip(moduli, constants)):
+            t = torch.mul(x[i], inverse)
+            j = 0
+            for weights in groups:
+                # One multiply-add per lower digit: a BLAS call per block would wake the
+                # thread pool for a few thousand elements.
+                for weight in weights:
+                    t.add_(v[j], alpha=weight)
+                    j += 1
+                if j < i:
+                    floor_mod(t, m, out=t)
+            v.append(floor_mod(t, m, out=t))
+            out[i, block] = v[i]
+    return out.reshape(c.shape)
+
+
+@cache
+def _limb_constants(moduli: tuple[int, ...]) -> tuple[list[float], list[list[int]], list[int]]:
+    """X/M weights P_i/M, the 21-bit limbs of each P_i (one row per limb) and those of M."""
+    modulus = math.prod(moduli)
     weights = _radix_weights(moduli)
-    digits = torch.empty(c.shape, dtype=torch.float64, device=c.device)
-    for i, m in enumerate(moduli):
-        t = c[i]
-        if i:
-            # The lower digits' part of X mod m_i, as one exact float64 product.
-            lower = torch.tensor([w % m for w in weights[:i]], dtype=torch.float64, device=c.device)
-            t = t - torch.tensordot(lower, digits[:i], dims=1).to(torch.int64)
-            inverse = pow(weights[i] % m, -1, m)  # ValueError here: the moduli are not coprime
-            t = torch.remainder(t, m) * inverse
-        digits[i] = torch.remainder(t, m)
-    return digits.to(torch.int64)
+    count = modulus.bit_length() // LIMB_BITS + 1
+    fractions = [w / modulus for w in weights]  # Python's int/int division rounds each once
+    chunks = [[(w >> (LIMB_BITS * c)) & _LIMB_MASK for w in weights] for c in range(count)]
+    modulus_limbs = [(modulus >> (LIMB_BITS * c)) & _LIMB_MASK for c in range(count)]
+    return fractions, chunks, modulus_limbs
+
+
+def _limb_tensors(moduli: Sequence[int], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The X/M weights as a (1, N) row and the (L, N + 1) limb weights that map the column
+    (s·v_0, …, s·v_{N−1}, [Y < 0]) to the limbs of |Y| = s·X + [Y < 0]·M, s = ±1."""
+    _check_moduli(moduli)
+    fractions, chunks, modulus_limbs = _limb_constants(tuple(moduli))
+    weights = [row + [limb] for row, limb in zip(chunks, modulus_limbs)]
+    return (
+        torch.tensor([fractions], dtype=torch.float64, device=device),
+        torch.tensor(weights, dtype=torch.float64, device=device),
+    )
+
+
+def _small_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a @ b for the small products of one block: numpy's BLAS on the CPU keeps them on this
+    thread, where torch's would wake its thread pool for a few thousand columns (ruinous on a
+    loaded machine).  Exact either way: the callers' integer sums stay below 2^53."""
+    if a.device.type == "cpu":
+        return torch.from_numpy(np.matmul(a.numpy(), b.numpy()))
+    return torch.mm(a, b)
+
+
+def _signed_limbs(digits: torch.Tensor, fractions: torch.Tensor, weights: torch.Tensor, zeros: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Limbs of |Y| under len(zeros) zero rows (shape (len(zeros) + L, B)) and Y < 0, for
+    digits (N, B); ``zeros`` is int64 (pad, ≥ B), copied rather than filled per block (fill
+    wakes the thread pool)."""
+    n = digits.shape[0]
+    v = torch.empty((n + 1, digits.shape[1]), dtype=torch.float64, device=digits.device)
+    v[:n] = digits
+    estimate = _small_mm(fractions, v[:n])[0]
+    if bool(((estimate > 0.25) & (estimate < 0.75)).any()):
+        raise ValueError("a CRT value reaches M/4 in magnitude: the moduli's capacity is too small for these products")
+    negative = estimate > 0.5
+    v[n] = negative
+    v[:n].mul_(v[n].mul(-2.0).add_(1.0))  # s = ±1
+    # Limb c of |Y| before carries: Σ_i ±v_i·(limb c of P_i) (+ limb c of M), an integer
+    # below N·max(m)·2^21 < 2^53 (checked by _check_moduli): one exact float64 product.
+    pad = zeros.shape[0]
+    limbs = torch.empty((pad + weights.shape[0], v.shape[1]), dtype=torch.int64, device=v.device)
+    limbs[:pad] = zeros[:, : v.shape[1]]
+    limbs[pad:] = _small_mm(weights, v)
+    for c in range(pad, limbs.shape[0] - 1):
+        # In-place methods: `limbs[c] &= …` would also copy the row onto itself.
+        limbs[c + 1].add_(limbs[c] >> LIMB_BITS)  # arithmetic shift: a negative limb borrows
+        limbs[c].bitwise_and_(_LIMB_MASK)
+    return limbs, negative
 
 
 def signed_limbs(digits: torch.Tensor, moduli: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -75,29 +183,10 @@ def signed_limbs(digits: torch.Tensor, moduli: Sequence[int]) -> tuple[torch.Ten
     Needs |Y| < M/4 (the pipeline asks for ∏m > 4·K·2^p·2^q): then X/M lies below ¼ or
     above ¾, and a float64 estimate of X/M, good to N·2^-52, tells the sign unambiguously.
     """
-    _check_moduli(moduli)
-    modulus = math.prod(moduli)
-    weights = _radix_weights(moduli)
-    v = digits.to(torch.float64)
-    # X/M = Σ_i v_i·P_i/M (Python's int/int division rounds each weight once).
-    fractions = torch.tensor([w / modulus for w in weights], dtype=torch.float64, device=v.device)
-    estimate = torch.tensordot(fractions, v, dims=1)
-    if bool(((estimate > 0.25) & (estimate < 0.75)).any()):
-        raise ValueError("a CRT value reaches M/4 in magnitude: the moduli's capacity is too small for these products")
-    negative = estimate > 0.5
-    # Limb c of X before carries: Σ_i v_i·(limb c of P_i), each term below 2^(31 + 21).
-    count = modulus.bit_length() // LIMB_BITS + 1
-    chunks = [[(w >> (LIMB_BITS * c)) & _LIMB_MASK for w in weights] for c in range(count)]
-    chunks = torch.tensor(chunks, dtype=torch.float64, device=v.device)
-    limbs = torch.tensordot(chunks, v, dims=1).to(torch.int64)
-    # |Y| = M − X where negative; borrows are settled by the signed carries below.
-    modulus_limbs = [(modulus >> (LIMB_BITS * c)) & _LIMB_MASK for c in range(count)]
-    for c in range(count):
-        limbs[c] = torch.where(negative, modulus_limbs[c] - limbs[c], limbs[c])
-    for c in range(count - 1):
-        limbs[c + 1] += limbs[c] >> LIMB_BITS  # arithmetic shift: a negative limb borrows
-        limbs[c] &= _LIMB_MASK
-    return limbs, negative
+    flat = digits.reshape(digits.shape[0], -1)
+    nothing = torch.empty((0, flat.shape[1]), dtype=torch.int64, device=digits.device)
+    limbs, negative = _signed_limbs(flat, *_limb_tensors(moduli, digits.device), nothing)
+    return limbs.reshape(-1, *digits.shape[1:]), negative.reshape(digits.shape[1:])
 
 
 def _low_bits(x: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
@@ -110,11 +199,60 @@ def round_to_float64(digits: torch.Tensor, moduli: Sequence[int], exponent: torc
 
     Only the top four limbs (84 bits) can hold the 53 kept bits and the rounding bit; every
     lower limb only matters through the sticky bit.  An exact zero gives +0.0.  Needs
-    |Y| < M/4 (see :func:`signed_limbs`).
+    |Y| < M/4 (see :func:`signed_limbs`).  Runs block by block; each result depends on its
+    own digits alone.
     """
-    limbs, negative = signed_limbs(digits, moduli)
+    fractions, weights = _limb_tensors(moduli, digits.device)
+    shape = digits.shape[1:]
+    flat = digits.reshape(digits.shape[0], -1)
+    exponent = exponent.to(torch.int64).expand(shape).reshape(-1)
+    out = torch.empty(flat.shape[1], dtype=torch.float64, device=digits.device)
+    parts = blocks(flat.shape[1], _WINDOW + weights.shape[0], digits.device)
+    zeros = torch.zeros((_WINDOW - 1, parts[0].stop if parts else 0), dtype=torch.int64, device=digits.device)
+    for block in parts:
+        limbs, negative = _signed_limbs(flat[:, block], fractions, weights, zeros)
+        out[block] = _round_window(limbs, negative, exponent[block])
+    return out.reshape(shape)
+
+
+def _round_window(padded: torch.Tensor, negative: torch.Tensor, exponent: torch.Tensor) -> torch.Tensor:
+    """±|Y|·2^exponent rounded, from the limbs of |Y| under three zero rows (shape (3 + L, B)).
+
+    The window W = Σ_{j<4} l_{top−3+j}·2^(21j) holds the top limb and the three under it
+    (zeros below limb 0): |Y| = (W + f)·2^(21(top−3)) with 0 ≤ f < 1, f > 0 exactly when a
+    lower limb is non-zero.  s = fl(high·2^42 + low) is W rounded to 53 bits and the Fast2Sum
+    error e = W − s is exact (high·2^42 is 0 or at least 2^63 > low).  W + f rounds like W
+    unless W is a tie (|e| = ulp(s)/2 and W ≥ 2^63, where ulp(s) ≥ 2^11 > f) and f > 0: then
+    only e > 0 moves, up to s + ulp(s).
+    Scaling s by 2^(21(top−3) + exponent) is exact or overflows correctly for normal results;
+    results under 2^-1021 in magnitude are redone bit by bit (:func:`_round_limbs`), as
+    rounding to the subnormal grid after rounding to 53 bits could round twice.
+    """
+    limbs = padded[_WINDOW - 1 :]
     count = limbs.shape[0]
-    exponent = exponent.to(torch.int64).expand(limbs.shape[1:])
+    positions = torch.arange(count, device=limbs.device)[:, None]
+    top = limbs.clamp(max=1).mul_(positions).amax(dim=0)  # limbs are non-negative
+    window = padded.gather(0, top + torch.arange(_WINDOW, device=limbs.device)[:, None])
+    below = limbs.sum(dim=0) > window.sum(dim=0)  # limbs are non-negative
+    window = window.to(torch.float64)
+    high = torch.add(window[2], window[3], alpha=2.0**LIMB_BITS).mul_(2.0 ** (2 * LIMB_BITS))
+    low = torch.add(window[0], window[1], alpha=2.0**LIMB_BITS)
+    rounded = high + low
+    error = low - (rounded - high)
+    up = torch.nextafter(rounded, rounded.new_full((1,), math.inf))
+    rounded = torch.where((2 * error == up - rounded) & below, up, rounded)
+    magnitude = ldexp(rounded, LIMB_BITS * (top - (_WINDOW - 1)) + exponent)
+    result = torch.where(negative, -magnitude, magnitude)
+    tiny = (rounded != 0) & (magnitude < _SMALLEST_SAFE)
+    if bool(tiny.any()):
+        (index,) = tiny.nonzero(as_tuple=True)
+        result[index] = _round_limbs(limbs[:, index], negative[index], exponent[index])
+    return result
+
+
+def _round_limbs(limbs: torch.Tensor, negative: torch.Tensor, exponent: torch.Tensor) -> torch.Tensor:
+    """Round ±limbs (shape (L, B)) · 2^exponent (shape (B,)) to float64."""
+    count = limbs.shape[0]
 
     nonzero = limbs != 0
     positions = torch.arange(count, device=limbs.device).reshape(count, *([1] * (limbs.dim() - 1)))

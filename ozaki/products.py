@@ -22,7 +22,11 @@ from typing import Sequence
 import torch
 
 from .formats import Encoding
+from ._bits import blocks, floor_mod, round_
 from .residues import FLOAT64_EXACT
+
+# Each chunk's float64 product stays within 2^53 − 2^32, which _reduce_product needs.
+_PRODUCT_LIMIT = 2**53 - 2**32
 
 __all__ = ["direct_products", "encode_planes", "plane_products"]
 
@@ -38,21 +42,49 @@ def _check_float64_exact(k: int, max_a: int, max_b: int, what: str) -> None:
 def direct_products(ra: torch.Tensor, rb: torch.Tensor, moduli: Sequence[int]) -> torch.Tensor:
     """C'_i for balanced residues ra (N, ..., M, K) and rb (N, ..., K, Nc); int64 in [0, m_i).
 
-    K is cut into chunks with K_chunk·⌊m/2⌋² < 2^53, each an exact float64 GEMM; the chunks
-    are added mod m in order.
+    K is cut into chunks with K_chunk·⌊m/2⌋² ≤ 2^53 − 2^32, each an exact float64 GEMM whose
+    result :func:`_reduce_product` brings to [0, m) exactly; the chunks are added mod m in
+    order.  The float64 operands and the product live in buffers reused for every modulus.
     """
     k = ra.shape[-1]
-    out = []
+    out = torch.empty((len(moduli), *ra.shape[1:-1], rb.shape[-1]), dtype=torch.int64, device=ra.device)
+    a = torch.empty_like(ra[0], dtype=torch.float64)
+    b = torch.empty_like(rb[0], dtype=torch.float64)
+    product = torch.empty(out.shape[1:], dtype=torch.float64, device=ra.device)
     for i, m in enumerate(moduli):
-        chunk = max(1, (FLOAT64_EXACT - 1) // max(1, (m // 2) ** 2))
-        _check_float64_exact(min(k, chunk), m // 2, m // 2, f"residue product mod {m}")
-        a, b = ra[i].to(torch.float64), rb[i].to(torch.float64)
-        c = None
-        for start in range(0, k, chunk):
-            part = torch.matmul(a[..., start : start + chunk], b[..., start : start + chunk, :]).to(torch.int64)
-            c = part if c is None else c + torch.remainder(part, m)
-        out.append(torch.remainder(c, m))
-    return torch.stack(out)
+        half = m // 2
+        if half * half > _PRODUCT_LIMIT:
+            raise ValueError(
+                f"residue product mod {m}: ⌊m/2⌋² = {half * half} passes 2^53 − 2^32, so not even one float64 "
+                "product of two residues can be reduced exactly; use moduli below 2^27"
+            )
+        chunk = _PRODUCT_LIMIT // max(1, half * half)
+        a.copy_(ra[i])
+        b.copy_(rb[i])
+        starts = range(0, k, chunk)
+        total = None if len(starts) == 1 else torch.zeros_like(product)
+        for start in starts:
+            torch.matmul(a[..., start : start + chunk], b[..., start : start + chunk, :], out=product)
+            _reduce_product(product, m)
+            if total is not None:
+                floor_mod(total.add_(product), m, out=total)
+        out[i].copy_(product if total is None else total)
+    return out
+
+
+def _reduce_product(c: torch.Tensor, m: int) -> None:
+    """c mod m in [0, m), in place, for float64 integers |c| ≤ 2^53 − 2^32 and m < 2^31.
+
+    First r = c − q·m with q = round(z), z = fl(c·fl(1/m)): |z| < 2^52 (m ≥ 2), and
+    |z − c/m| ≤ |c/m|·2^-51.9, so |q·m − c| ≤ m/2 + |c|·2^-51.9 < m/2 + 3.  Hence
+    |q·m| < 2^53 is exact, and so is r, an integer with |r| < m/2 + 3.  Then
+    :func:`floor_mod` brings r, far inside its 2^50 range, to [0, m).
+    """
+    flat = c.view(-1)
+    for block in blocks(flat.shape[0], 1, c.device):
+        part = flat[block]
+        q = round_(torch.mul(part, 1.0 / m))
+        floor_mod(part.add_(q, alpha=-m), m, out=part)
 
 
 def encode_planes(r: torch.Tensor, encoding: Encoding, side: str) -> torch.Tensor:

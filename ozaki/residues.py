@@ -2,8 +2,10 @@
 
     A'_i = A' mod m_i ∈ [−⌊m_i/2⌋, m_i − 1 − ⌊m_i/2⌋]      (the int8 range for m = 256)
 
-The integer is ``mantissa · 2^exponent`` (see :mod:`ozaki.scaling`), so the residue is
-``(mantissa mod m)·(2^exponent mod m) mod m``: no big integer is ever formed.
+The integer is ``mantissa · 2^exponent`` (see :mod:`ozaki.scaling`): it is cut into a few
+float64 pieces whose weighted sum mod m is exact (see :func:`residues`), or, for integers
+too wide for that, reduced as ``(mantissa mod m)·(2^exponent mod m) mod m`` in int64.  No
+big integer is ever formed.
 
 Also here: the moduli of the reference engine, the largest primes that keep a float64
 BLAS product of residues exact.
@@ -18,6 +20,7 @@ from typing import Sequence
 import sympy
 import torch
 
+from ._bits import FLOOR_MOD_LIMIT, blocks, floor_mod, pow2
 from .scaling import Scaled
 
 __all__ = ["balanced", "reference_moduli", "residues", "FLOAT64_EXACT"]
@@ -26,6 +29,10 @@ __all__ = ["balanced", "reference_moduli", "residues", "FLOAT64_EXACT"]
 FLOAT64_EXACT = 2**53
 _MAX_HALF = 2**21 - 1
 _MAX_CHUNK = 2**16
+_MANTISSA_BITS = 53
+# y = mantissa·2^exponent is a finite float64 while it stays below 2^1023.
+_FLOAT_BITS = 1023
+_MAX_PIECES = 8
 
 
 def balanced(r: torch.Tensor, m: int) -> torch.Tensor:
@@ -34,25 +41,78 @@ def balanced(r: torch.Tensor, m: int) -> torch.Tensor:
     return torch.where(r > m - 1 - m // 2, r - m, r)
 
 
+def _balanced_power(e: int, m: int) -> int:
+    """2^e mod m, balanced."""
+    return (pow(2, e, m) + m // 2) % m - m // 2
+
+
 @cache
 def _powers_of_two(m: int, count: int) -> list[int]:
     return [pow(2, e, m) for e in range(count)]
 
 
+def _pieces_plan(max_exponent: int, halves: Sequence[int]) -> tuple[int, int] | None:
+    """(count, width) of the pieces y_j ∈ (−2^width, 2^width) that split integers up to
+    2^(53 + max_exponent) with Σ_j |y_j|·⌊m/2⌋ ≤ 2^50 for every modulus, or None."""
+    length = _MANTISSA_BITS + 1 + max_exponent
+    if length > _FLOAT_BITS:
+        return None
+    for count in range(2, _MAX_PIECES + 1):  # one piece never fits: 2^54·⌊m/2⌋ > 2^50
+        width = -(-length // count)
+        if count * max(halves) << width <= FLOOR_MOD_LIMIT:
+            return count, width
+    return None
+
+
 def residues(s: Scaled, moduli: Sequence[int]) -> torch.Tensor:
-    """Balanced residues of the integers in ``s``, shape (len(moduli), ..., M, K), int64."""
-    max_exponent = int(s.exponent.max()) if s.exponent.numel() else 0
-    out = torch.empty((len(moduli), *s.mantissa.shape), dtype=torch.int64, device=s.mantissa.device)
-    for index, m in enumerate(moduli):
+    """Balanced residues of the integers in ``s``, shape (len(moduli), ..., M, K), int64.
+
+    Block by block, each integer y = mantissa·2^exponent is formed in float64 (exact: at most
+    53 significant bits, below 2^1024) and cut into a few pieces y = Σ_j y_j·2^(width·j)
+    (truncation keeps every piece exact and of y's sign); then y ≡ Σ_j y_j·(2^(width·j) mod m)
+    (mod m) is an integer sum below 2^50 that :func:`floor_mod` reduces exactly.  Blocks whose
+    integers are too wide for that fall back to int64 arithmetic.
+    """
+    for m in moduli:
         if not 2 <= m < 2**31:
             raise ValueError(f"modulus {m} outside [2, 2^31): residues are multiplied in int64")
-        r = s.mantissa
-        if max_exponent > 0:
-            # Rows keep more than 53 bits: multiply by 2^exponent mod m, looked up per entry.
-            table = torch.tensor(_powers_of_two(m, max_exponent + 1), dtype=torch.int64, device=r.device)
-            r = torch.remainder(r, m) * table[s.exponent]
-        out[index] = balanced(r, m)
-    return out
+    mantissa, exponent = s.mantissa.reshape(-1), s.exponent.reshape(-1)
+    out = torch.empty((len(moduli), mantissa.shape[0]), dtype=torch.int64, device=mantissa.device)
+    halves = [m // 2 for m in moduli]
+    for block in blocks(mantissa.shape[0], 1, mantissa.device):
+        max_exponent = int(exponent[block].max())
+        plan = _pieces_plan(max_exponent, halves)
+        if plan is None:
+            for i, m in enumerate(moduli):
+                out[i, block] = _residues_int64(mantissa[block], exponent[block], m, max_exponent)
+            continue
+        count, width = plan
+        y = mantissa[block].to(torch.float64)
+        if max_exponent:
+            y.mul_(pow2(exponent[block]))
+        pieces = []
+        for j in range(count - 1, 0, -1):
+            # Truncation through int64 (|piece| < 2^width): torch.trunc wakes the thread pool.
+            piece = torch.mul(y, 2.0 ** -(width * j)).to(torch.int64).to(torch.float64)
+            y.add_(piece, alpha=-(2.0 ** (width * j)))
+            pieces.append((width * j, piece))
+        for i, m in enumerate(moduli):
+            (shift, piece), *higher = pieces
+            t = torch.add(y, piece, alpha=_balanced_power(shift, m))
+            for shift, piece in higher:
+                t.add_(piece, alpha=_balanced_power(shift, m))
+            out[i, block] = floor_mod(t, m, out=t, low=-(m // 2))
+    return out.reshape(len(moduli), *s.mantissa.shape)
+
+
+def _residues_int64(mantissa: torch.Tensor, exponent: torch.Tensor, m: int, max_exponent: int) -> torch.Tensor:
+    """Balanced residues of mantissa·2^exponent for any exponent: (mantissa mod m) times
+    2^exponent mod m, looked up per entry, both below 2^31."""
+    r = mantissa
+    if max_exponent > 0:
+        table = torch.tensor(_powers_of_two(m, max_exponent + 1), dtype=torch.int64, device=r.device)
+        r = torch.remainder(r, m) * table[exponent]
+    return balanced(r, m)
 
 
 def reference_moduli(k: int, min_product: int) -> tuple[int, ...]:

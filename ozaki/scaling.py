@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ._bits import ldexp
+from ._bits import blocks, ldexp, pow2, round_
 
 __all__ = [
     "GUARD_BITS",
@@ -46,6 +46,18 @@ class Scaled:
     bits: torch.Tensor  # int64, one per row: every |integer| ≤ 2^bits
 
 
+_SIGN_MASK = (1 << 63) - 1  # clears the sign bit of an IEEE pattern: the bits of |x|
+_FRACTION_BITS = _MANTISSA_BITS - 1
+_HIDDEN_BIT = 1 << _FRACTION_BITS
+_EXPONENT_BIAS = 1023
+_EXPONENT_FIELD = 0x7FF
+# Rows of at most this many bits have finite float64 integers x·2^shift (see _scale_block).
+_FLOAT_BITS = 1023
+# A float64 with biased exponent field E ≥ 1 is (2^52 + fraction)·2^(E − 1075); subnormals
+# (E = 0) are fraction·2^-1074, the same formula with E = 1.
+_ULP_BIAS = _EXPONENT_BIAS + _FRACTION_BITS
+
+
 def _decompose(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """x = m · 2^e exactly with m an int64 of at most 53 bits (zero gives m = 0)."""
     fraction, exponent = torch.frexp(x)
@@ -53,31 +65,59 @@ def _decompose(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return mantissa, exponent.to(torch.int64) - _MANTISSA_BITS
 
 
+def _rows(x: torch.Tensor) -> torch.Tensor:
+    """x as one row per matrix row, (R, K), viewed as the int64 bit patterns."""
+    return x.reshape(-1, x.shape[-1]).view(torch.int64)
+
+
+def _frexp_exponent(magnitude_bits: torch.Tensor) -> torch.Tensor:
+    """frexp's exponent of the non-negative float64s with these bit patterns."""
+    return torch.frexp(magnitude_bits.view(torch.float64))[1].to(torch.int64)
+
+
 def _top(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per row, the smallest integer ``top`` with every |x| < 2^top, and whether the row
-    has a non-zero entry."""
-    row_max = x.abs().amax(dim=-1)
-    return torch.frexp(row_max)[1].to(torch.int64), row_max > 0
+    has a non-zero entry.  IEEE patterns of non-negative floats order as their values, so
+    the largest |x| is the largest masked pattern."""
+    rows = _rows(x)
+    row_max = torch.empty(rows.shape[0], dtype=torch.int64, device=x.device)
+    for block in blocks(rows.shape[0], rows.shape[1], x.device):
+        row_max[block] = (rows[block] & _SIGN_MASK).amax(dim=-1)
+    return _frexp_exponent(row_max).reshape(x.shape[:-1]), (row_max > 0).reshape(x.shape[:-1])
 
 
-def _row_extents(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per row: ``top``, ``low_top`` (the smallest frexp exponent of a non-zero entry),
-    ``lowest_bit`` (the weight of the lowest set bit of any entry) and whether the row has a
-    non-zero entry at all."""
-    mantissa, exponent = _decompose(x)
-    nonzero = mantissa != 0
-    big = torch.iinfo(torch.int64).max // 4
-    low_top = torch.where(nonzero, exponent + _MANTISSA_BITS, big).amin(dim=-1)
-    # The lowest set bit of m is m & -m, a power of two that float64 holds exactly.
-    lowest = torch.frexp((mantissa & -mantissa).to(torch.float64))[1].to(torch.int64) - 1 + exponent
-    lowest_bit = torch.where(nonzero, lowest, big).amin(dim=-1)
-    return _top(x)[0], low_top, lowest_bit, nonzero.any(dim=-1)
+def _row_extents(x: torch.Tensor, with_low_top: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per row: ``top``, ``low_top`` (the smallest frexp exponent of a non-zero entry; zeros
+    unless ``with_low_top``), ``lowest_bit`` (the weight of the lowest set bit of any entry)
+    and whether the row has a non-zero entry at all."""
+    rows = _rows(x)
+    count = rows.shape[0]
+    row_max, low_bits, lowest = (torch.zeros(count, dtype=torch.int64, device=x.device) for _ in range(3))
+    big = torch.iinfo(torch.int64).max
+    for block in blocks(count, rows.shape[1], x.device):
+        magnitude = rows[block] & _SIGN_MASK
+        row_max[block] = magnitude.amax(dim=-1)
+        zero = magnitude == 0
+        if with_low_top:
+            # The smallest non-zero |x|: zeros wrap to the largest pattern.
+            low_bits[block] = ((magnitude - 1) & _SIGN_MASK).amin(dim=-1) + 1
+        # The lowest set bit of the significand (2^52 | fraction) is 2^t; converted to
+        # float64 its exponent field is 1023 + t, and the bit weighs 2^(t + max(E, 1) − 1075).
+        significand = magnitude | _HIDDEN_BIT
+        lowest_set = (significand & -significand).to(torch.float64).view(torch.int64) >> _FRACTION_BITS
+        weight = lowest_set.add_((magnitude >> _FRACTION_BITS).clamp_(min=1)).masked_fill_(zero, big)
+        lowest[block] = weight.amin(dim=-1)
+    shape = x.shape[:-1]
+    has_nonzero = (row_max > 0).reshape(shape)
+    low_top = _frexp_exponent(low_bits).reshape(shape) if with_low_top else low_bits.reshape(shape)
+    lowest_bit = (lowest - _EXPONENT_BIAS - _ULP_BIAS).reshape(shape)
+    return _frexp_exponent(row_max).reshape(shape), low_top, lowest_bit, has_nonzero
 
 
 def exact_bits(x: torch.Tensor) -> torch.Tensor:
     """Bits per row that make the scaling lossless: the span from the row's highest bit
     to its lowest set bit (0 for an all-zero row)."""
-    top, _, lowest_bit, has_nonzero = _row_extents(x)
+    top, _, lowest_bit, has_nonzero = _row_extents(x, with_low_top=False)
     return torch.where(has_nonzero, top - lowest_bit, 0)
 
 
@@ -91,7 +131,11 @@ def fp64_bits(x: torch.Tensor, guard: int = GUARD_BITS) -> torch.Tensor:
     A row needs no more than its lossless width, so wide rows with short mantissas stay
     exact; the price of a wide exponent spread is paid in bits, never in accuracy.
     """
-    top, low_top, lowest_bit, has_nonzero = _row_extents(x)
+    if guard >= 0:
+        # An entry's lowest set bit lies at most 53 places under its own frexp exponent, so
+        # top − lowest_bit ≤ 53 + (top − low_top) ≤ spread_bits: the lossless width wins.
+        return exact_bits(x)
+    top, low_top, lowest_bit, has_nonzero = _row_extents(x, with_low_top=True)
     spread_bits = _MANTISSA_BITS + guard + (top - low_top)
     return torch.where(has_nonzero, torch.minimum(spread_bits, top - lowest_bit), 0)
 
@@ -115,16 +159,39 @@ def scale_rows(x: torch.Tensor, bits: torch.Tensor) -> Scaled:
         raise ValueError("bits per row must be non-negative")
     top, has_nonzero = _top(x)
     shift = torch.where(has_nonzero, bits - top, 0)
-    mantissa, exponent = _decompose(x)
-    scaled_exponent = exponent + shift[..., None]
-    # Entries whose scaled value has a fraction (scaled_exponent < 0) are below 2^53 in
-    # magnitude; float64 holds x · 2^shift exactly there (or it is far below ½ and
-    # rounds to zero either way), and torch.round rounds half to even.
-    rounded = torch.round(ldexp(x, shift[..., None].expand_as(x))).to(torch.int64)
-    fractional = scaled_exponent < 0
+    rows = x.reshape(-1, x.shape[-1])
+    row_shift, row_bits = shift.reshape(-1, 1), bits.reshape(-1)
+    mantissa = torch.empty(rows.shape, dtype=torch.int64, device=x.device)
+    exponent = torch.empty(rows.shape, dtype=torch.int64, device=x.device)
+    for block in blocks(rows.shape[0], rows.shape[1], x.device):
+        scale = _scale_block if int(row_bits[block].max()) <= _FLOAT_BITS else _scale_block_wide
+        mantissa[block], exponent[block] = scale(rows[block], row_shift[block])
     return Scaled(
-        mantissa=torch.where(fractional, rounded, mantissa),
-        exponent=torch.where(fractional, 0, scaled_exponent),
+        mantissa=mantissa.reshape(x.shape),
+        exponent=exponent.reshape(x.shape),
         shift=shift,
         bits=torch.where(has_nonzero, bits, 0),
     )
+
+
+def _scale_block(x: torch.Tensor, shift: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows whose integers stay below 2^1023: y = x·2^shift is finite, and exact wherever
+    |y| ≥ 2^52 (no fraction bits there: y·2^-exponent is an integer below 2^53).  Below,
+    float64 holds x·2^shift exactly too (or it is far below ½ and rounds to zero either
+    way), and round_ rounds half to even."""
+    y = ldexp(x, shift.expand_as(x))
+    field = (y.view(torch.int64) >> _FRACTION_BITS) & _EXPONENT_FIELD
+    # The weight of y's last significand bit, 2^(E − 1075), when it is at least 1.
+    exponent = (field - _ULP_BIAS).clamp_(min=0)
+    mantissa = round_(y, keep=field >= _ULP_BIAS).mul_(pow2(-exponent)).to(torch.int64)
+    return mantissa, exponent
+
+
+def _scale_block_wide(x: torch.Tensor, shift: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows of any width: the 53-bit mantissa of each entry with its scaled exponent, and
+    the rounded value where that exponent is negative (the entry is below 2^53 then)."""
+    mantissa, exponent = _decompose(x)
+    scaled_exponent = exponent + shift
+    fractional = scaled_exponent < 0  # there |x·2^shift| < 2^52
+    rounded = round_(ldexp(x, shift.expand_as(x)), keep=~fractional).to(torch.int64)
+    return torch.where(fractional, rounded, mantissa), torch.where(fractional, 0, scaled_exponent)

@@ -110,3 +110,161 @@ def test_exact_bits_are_lossless():
     s = scale_rows(x, exact_bits(x))
     assert torch.equal(s.mantissa.to(torch.float64) * 2.0 ** s.exponent.to(torch.float64),
                        torch.ldexp(x, s.shift[:, None].expand_as(x)))
+
+
+# The stages' float64 arithmetic and blocking (issue 2 item 8) -----------------------------
+
+from ozaki import _bits  # noqa: E402
+from ozaki.crt import signed_limbs  # noqa: E402
+from ozaki.products import _PRODUCT_LIMIT, _reduce_product  # noqa: E402
+
+
+def _correctly_rounded(value: int, exponent: int) -> float:
+    """value·2^exponent rounded once to float64 by CPython's int/int true division."""
+    if value == 0:
+        return 0.0
+    try:
+        return float(value << exponent) if exponent >= 0 else value / (1 << -exponent)
+    except OverflowError:
+        return math.copysign(math.inf, value)
+
+
+def _rounding_cases(rng, count: int) -> tuple[list[int], list[int]]:
+    """Signed integers up to 170 bits with exponents that put them below the subnormals,
+    among them, in the normal range and past it; a third are ties or ties ± 1 below the
+    53rd bit, with and without lower bits set."""
+    values, exponents = [], []
+    for _ in range(count):
+        length = int(rng.integers(1, 171))
+        magnitude = int(rng.integers(1, 2**62)) << max(0, length - 62)
+        magnitude |= int(rng.integers(0, 2)) << max(0, length - 1)
+        if length > 55 and rng.random() < 0.35:
+            head = (magnitude >> (length - 53)) << (length - 53)
+            magnitude = head + (1 << (length - 54)) + int(rng.choice([-1, 0, 0, 1, 2 ** max(0, length - 60)]))
+        target = int(rng.choice([rng.integers(-1140, -1060), rng.integers(-1080, -1015), rng.integers(-1000, 1000),
+                                 rng.integers(1015, 1030)]))
+        values.append(-magnitude if rng.random() < 0.5 else magnitude)
+        exponents.append(target - magnitude.bit_length())
+    return values, exponents
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_round_to_float64_matches_python_division(seed):
+    rng = np.random.default_rng(seed)
+    moduli = reference_moduli(2048, 2**172)
+    quarter = math.prod(moduli) // 4
+    values, exponents = _rounding_cases(rng, 1500)
+    values = [v for v in values if abs(v) < quarter]
+    exponents = exponents[: len(values)]
+    digits = garner(torch.tensor([[v % m for v in values] for m in moduli]), moduli)
+    got = round_to_float64(digits, moduli, torch.tensor(exponents))
+    want = np.array([_correctly_rounded(v, e) for v, e in zip(values, exponents)])
+    assert np.array_equal(got.numpy().view(np.uint64), want.view(np.uint64))
+    # The cases reach both decode paths: subnormal or zero results, and normal ones.
+    assert np.any(np.abs(want) < 2.0**-1021) and np.any(np.abs(want) > 2.0**-1021)
+    assert np.any(np.isinf(want))
+
+
+@pytest.mark.parametrize("block", [40, 300])
+@pytest.mark.parametrize("accuracy", ["exact", 30])
+def test_bits_do_not_depend_on_the_block_size(monkeypatch, block, accuracy):
+    """Stage work runs in blocks, each choosing its own path (wide rows fall back to int64
+    residues and to mantissa-exponent scaling; tiny results are rounded bit by bit)."""
+    rng = np.random.default_rng(21)
+    a, b = _spread(rng, (23, 45), 2.0), _spread(rng, (45, 19), 2.0)
+    a[3, 7] = 5e-324  # a row wider than 1023 bits in "exact" mode
+    a[4] *= 1e-303
+    b[:, 5] *= 1e-8  # with row 4: results in the subnormal range
+    b[:, 2] *= 1e290
+    want = ozaki.matmul(a, b, accuracy=accuracy, engine="reference")
+    assert np.any((want != 0) & (np.abs(want) < 2.0**-1022))
+    monkeypatch.setattr(_bits, "BLOCK", block)
+    got = ozaki.matmul(a, b, accuracy=accuracy, engine="reference")
+    assert np.array_equal(got.view(np.uint64), want.view(np.uint64))
+
+
+_FLOOR_MOD_MODULI = [2, 3, 7, 256, 4194301, 16777213, 2**31 - 1]
+
+
+@pytest.mark.parametrize("m", _FLOOR_MOD_MODULI)
+def test_floor_mod_is_exact_up_to_its_limit(m):
+    rng = np.random.default_rng(m)
+    limit = _bits.FLOOR_MOD_LIMIT
+    edges = [0, 1, -1, m - 1, m, m + 1, -m, limit, -limit, limit - 1, -limit + 1, limit - m // 2, -limit + m // 2]
+    values = edges + [int(v) for v in rng.integers(-limit, limit + 1, 500)]
+    t = torch.tensor(values, dtype=torch.float64)
+    for low in (0, -(m // 2)):
+        got = _bits.floor_mod(t.clone(), m, out=torch.empty_like(t), low=low)
+        assert got.tolist() == [float((v - low) % m + low) for v in values], low
+
+
+def test_round_is_to_nearest_even():
+    z = torch.tensor([0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 2.0**51 + 0.5, -(2.0**51) - 0.5, 2.0**52 - 0.5, 0.49999999999999994, -0.0, 7.0], dtype=torch.float64)
+    want = [round(v) for v in z.tolist()]  # Python's round() is to nearest even
+    assert _bits.round_(z.clone()).tolist() == want
+    # Entries marked ``keep`` may hold integers past 2^52, which the rounding would move.
+    big = torch.tensor([2.0**52 + 1, 2.0**53 - 1, 3.5], dtype=torch.float64)
+    assert _bits.round_(big.clone(), keep=big >= 2.0**52).tolist() == [2.0**52 + 1, 2.0**53 - 1, 4.0]
+
+
+@pytest.mark.parametrize("m", [3, 257, 4194301, 94906265 * 2 + 1, 2**31 - 1])
+def test_product_reduction_is_exact_up_to_its_limit(m):
+    rng = np.random.default_rng(m)
+    values = [0, 1, -1, _PRODUCT_LIMIT, -_PRODUCT_LIMIT, _PRODUCT_LIMIT - 1] + [
+        int(v) for v in rng.integers(-_PRODUCT_LIMIT, _PRODUCT_LIMIT + 1, 500)
+    ]
+    c = torch.tensor(values, dtype=torch.float64)
+    _reduce_product(c, m)
+    assert c.tolist() == [float(v % m) for v in values]
+
+
+def test_direct_products_refuse_moduli_whose_square_passes_the_reduction_limit():
+    m = 2 * 94906260 + 1  # 2^53 − 2^32 < ⌊m/2⌋² < 2^53: one product is exact, its reduction would not be
+    r = torch.ones((1, 2, 3), dtype=torch.int64)
+    with pytest.raises(ValueError, match="2\\^53 − 2\\^32"):
+        direct_products(r, r.transpose(-1, -2), [m])
+
+
+def test_garner_refuses_moduli_beyond_its_float64_range():
+    with pytest.raises(ValueError, match="2\\^24"):
+        garner(torch.zeros((2, 3), dtype=torch.int64), [2**24 + 43, 3])
+
+
+def test_garner_reduces_arbitrary_integers_first():
+    moduli = (4194301, 4194287, 4194277)
+    rng = np.random.default_rng(4)
+    c = torch.from_numpy(rng.integers(-2**62, 2**62, (3, 50)))
+    reduced = torch.stack([torch.remainder(c[i], m) for i, m in enumerate(moduli)])
+    assert torch.equal(garner(c, moduli), garner(reduced, moduli))
+
+
+def test_signed_limbs_spell_the_signed_value():
+    moduli = reference_moduli(2048, 2**100)
+    values = [0, 1, -1, 2**60 + 12345, -(2**97) + 3]
+    limbs, negative = signed_limbs(garner(torch.tensor([[v % m for v in values] for m in moduli]), moduli), moduli)
+    got = [sum(int(limb) << (21 * c) for c, limb in enumerate(column)) for column in limbs.T.tolist()]
+    assert got == [abs(v) for v in values]
+    assert negative.tolist() == [v < 0 for v in values]
+
+
+@pytest.mark.parametrize("guard", [-60, -20, 0, 2])
+def test_fp64_bits_follow_their_formula(guard):
+    """min(53 + guard + top − low_top, top − lowest_bit) per row, from Python's own frexp."""
+    rng = np.random.default_rng(8)
+    x = _spread(rng, (10, 30), 3.0)
+    x[2] = 0.0
+    x[3, ::2] = 0.0
+    x[4, 5] = 5e-324
+    x[5] = np.round(x[5] * 1e6)
+    want = []
+    for row in x.tolist():
+        nonzero = [v for v in row if v]
+        if not nonzero:
+            want.append(0)
+            continue
+        top = math.frexp(max(map(abs, nonzero)))[1]
+        low_top = math.frexp(min(map(abs, nonzero)))[1]
+        lowest = min(1 - v.as_integer_ratio()[1].bit_length() if v != int(v) else
+                     (int(abs(v)) & -int(abs(v))).bit_length() - 1 for v in nonzero)
+        want.append(min(53 + guard + top - low_top, top - lowest))
+    assert fp64_bits(torch.from_numpy(x), guard).tolist() == want

@@ -152,11 +152,6 @@ def test_signed_values_beyond_a_quarter_of_m_are_refused(moduli):
 _QUARTER_BOUNDARY_MODULI = (37, 4194271, 65519, 49, 65521)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: round_to_float64 refuses Y = -floor((M-1)/4) although |Y| < M/4 as documented: its "
-    "(1/4, 3/4) guard on the float64 estimate of X/M has no margin for the estimate's own rounding",
-)
 def test_signed_values_just_inside_a_quarter_of_m():
     moduli = _QUARTER_BOUNDARY_MODULI
     quarter = (math.prod(moduli) - 1) // 4

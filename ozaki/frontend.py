@@ -106,10 +106,11 @@ def matmul(a, b, *, accuracy="fp64", engine: str = "auto"):
     boolean and lower-precision float inputs are promoted to float64; complex raises TypeError.
 
     accuracy:
-        ``"fp64"`` (default): each entry keeps a componentwise relative error of at most
-        2^-55 after scaling, so |Ĉ − C| ≤ 2^-54·(|A||B|) + u·|C| + 2^-1075 (u = 2^-53; the last term is
-        half the smallest subnormal), within DGEMM's worst-case bound u|C| + K·u·(|A||B|); the bits per
-        row follow from the inputs' exponent spread.
+        ``"fp64"`` (default): every scaled entry keeps a componentwise relative error of at most
+        2^-55, so |Ĉ − C| ≤ 2^-54·(|A||B|) + u·|C| + 2^-1075 (u = 2^-53; the last term is half the
+        smallest subnormal), within DGEMM's worst-case bound u|C| + K·u·(|A||B|).  A float64 entry
+        has at most 53 significant bits, so that target needs every row's lossless width: today
+        "fp64" returns the correctly rounded product, exactly as "exact" does.
         ``"exact"``: the correctly rounded (nearest, ties to even) value of the exact product.
         ``int`` b: fast mode with b bits per row; |Ĉ − C| ≤ 2^-b·(max|A_i:|·Σ|B_:j| +
         Σ|A_i:|·max|B_:j|) + 4^-b·K·max|A_i:|·max|B_:j| + u|C| + 2^-1075 elementwise.

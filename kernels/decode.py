@@ -1,34 +1,62 @@
-"""Fused decode: residue products -> Garner's mixed-radix digits -> one correctly rounded
-float64, in one kernel.
+"""Fused decode: residue products -> one correctly rounded float64, in one pass with a
+linear (one-step) CRT.
 
-Per entry, with the residues c_i (mod m_i) of the exact product Y and its scale 2**e:
+Per entry, with residues c_i of the exact product Y (|Y| < M/4, M = prod m_i) and its
+scale 2**e:
 
-1. Garner: v_0 = c_0, then every later residue becomes (c_i - v_j) * m_j^-1 mod m_i, so
-   X = v_0 + m_0 (v_1 + m_1 (v_2 + ...)) in [0, M).  The moduli run along the first axis
-   of a [moduli, entries] tile; row j is picked out with a masked sum.
-2. Sign: Y = X - M when X/M > 1/2 (float64 estimate; |Y| < M/4 keeps it unambiguous).
-3. |Y| in 21-bit limbs, carries settled, then one rounding to nearest even of |Y| * 2**e
-   from the top four limbs plus a sticky bit, subnormals and overflow included.
+1. Linear CRT.  With w_i = (M/m_i) * ((M/m_i)^-1 mod m_i), X' = sum_i c_i * w_i is
+   congruent to Y mod M.  It is never formed: the kernel accumulates its limbs
+   S_l = sum_i c_i * limb_l(w_i) (unnormalized) in float64, and the estimate
+   E = sum_i c_i * (w_i / M) of X' / M.  Since w_i / M = inv_i / m_i, X' / M = q + Y / M
+   for an integer q, and |Y| / M < 1/4 makes q = round(E) exact; S_l - q * limb_l(M) are
+   then the limbs of Y itself.  N * L multiply-adds per entry and no modular reduction.
+2. Carries settle the limbs into [0, 2**b), the top limb signed; a negative Y is negated
+   limb-wise and settled again, which leaves the limbs of |Y|.
+3. One rounding to nearest even of |Y| * 2**e from the top four limbs plus a sticky bit,
+   subnormals and overflow included.
 
-The bits are those of ``ozaki.crt.garner`` + ``ozaki.crt.round_to_float64``, which the
-tests check entry for entry.
+The limb width b (21 to 31 bits) is picked per moduli set: the fewest limbs L, padded to a
+power of two, that the float64 bound on S_l admits (22 int8 moduli, 170 bits: 6 limbs of
+29 bits padded to 8, rather than 9 of 21 padded to 16; the 121-bit FP4 plan: 4 of 31
+rather than 6 of 21 padded to 8).
+
+The limb axis is the first axis of a [limbs, entries] tile: with at least 32 * num_warps
+entries per program every entry's limbs sit in one thread's registers, so picking a limb
+is a register move once the compiler folds the constant masks (the tests check the PTX for
+the absence of shared memory and shuffles).
+
+The bits are those of ``ozaki.crt.garner`` + ``ozaki.crt.round_to_float64`` (see
+:func:`reference_decode`), which the tests check entry for entry.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from functools import cache
+from typing import NamedTuple
 
 import torch
 import triton
 import triton.language as tl
+from triton.runtime.interpreter import InterpretedFunction
 
-from kernels.modular import _reduce
+from ozaki.crt import garner, round_to_float64
 
-__all__ = ["DECODE_BLOCK", "LIMB_BITS", "decode_residues"]
+__all__ = ["DECODE_BLOCK", "DECODE_WARPS", "compile_ptx", "decode_residues", "reference_decode"]
 
-DECODE_BLOCK = 64  # entries per program
-LIMB_BITS = 21
+# Entries per program and warps: every thread holds DECODE_BLOCK / (32 * DECODE_WARPS)
+# whole entries (all their limbs), see the module docstring.
+DECODE_BLOCK = 256
+DECODE_WARPS = 4
+# Limb widths.  Four limbs hold at least 3 * 21 + 1 >= 54 bits under the top bit (the
+# 53 kept and the rounding bit); two limbs of at most 31 bits fit one int64 in _round.
+_MIN_LIMB_BITS = 21
+_MAX_LIMB_BITS = 31
+_FLOAT64_EXACT = 2**53
+_UNIT_ROUNDOFF = 2.0**-53
+# Exponent sums saturate at +-2**34 in the kernel; see the proof there.
+_EXPONENT_CLAMP = 2**34
 
 
 @triton.jit
@@ -46,66 +74,36 @@ def _pow2(e):
 
 
 @triton.jit
-def _decode_kernel(
-    c_ptr, row_exp_ptr, col_exp_ptr, moduli_ptr, inverse_ptr, fraction_ptr, chunk_ptr, modulus_limb_ptr,
-    out_ptr, flag_ptr,
-    n_moduli, n_limbs, total, cols, stride_c,
-    NP: tl.constexpr, LP: tl.constexpr, LIMB: tl.constexpr, BLOCK: tl.constexpr,
-):
-    offs = tl.cast(tl.program_id(0), tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < total
-    exponent = tl.load(row_exp_ptr + offs // cols, mask=mask, other=0) + tl.load(col_exp_ptr + offs % cols,
-                                                                                  mask=mask, other=0)
-    mi = tl.arange(0, NP)
-    live = mi < n_moduli
-    modulus = tl.load(moduli_ptr + mi, mask=live, other=1)[:, None]
-    inverse = 1.0 / modulus.to(tl.float64)
-    residue = tl.load(c_ptr + tl.cast(mi, tl.int64)[:, None] * stride_c + offs[None, :],
-                      mask=live[:, None] & mask[None, :], other=0)
-    residue = _reduce(residue.to(tl.int64), modulus, inverse)
+def _settle(limbs, offs_l, N_LIMBS: tl.constexpr, LIMB: tl.constexpr):
+    # Limbs 0 .. N_LIMBS - 2 into [0, 2**LIMB), bottom up; the top limb keeps the signed
+    # rest.  The shift is arithmetic, so a negative limb borrows from the next.
+    for l in tl.static_range(N_LIMBS - 1):
+        carry = _row(limbs, offs_l[:, None], l) >> LIMB
+        limbs = tl.where(offs_l[:, None] == l, limbs & ((1 << LIMB) - 1),
+                         tl.where(offs_l[:, None] == l + 1, limbs + carry[None, :], limbs))
+    return limbs
 
-    # 1. Garner, one digit per step; rows past j are updated, rows up to j are final.
-    for j in range(n_moduli):
-        v = _row(residue, mi[:, None], j)
-        factor = tl.load(inverse_ptr + mi * NP + j, mask=live, other=0)[:, None]  # m_j^-1 mod m_i
-        later = _reduce(_reduce(residue - v[None, :], modulus, inverse) * factor, modulus, inverse)
-        residue = tl.where(mi[:, None] > j, later, residue)
-    digits = residue
 
-    # 2. Sign from X/M = sum v_i P_i / M.
-    estimate = tl.sum(digits.to(tl.float64) * tl.load(fraction_ptr + mi, mask=live, other=0.0)[:, None], axis=0)
-    ambiguous = (estimate > 0.25) & (estimate < 0.75) & mask
-    tl.store(flag_ptr + tl.program_id(0), tl.max(ambiguous.to(tl.int32), axis=0))
-    negative = estimate > 0.5
-
-    # 3. Limbs of X (each below n * 2**52), then of M - X where negative, then carries.
-    li = tl.arange(0, LP)
-    limbs = tl.zeros((LP, BLOCK), dtype=tl.int64)
-    for i in range(n_moduli):
-        chunks = tl.load(chunk_ptr + li * NP + i, mask=li < n_limbs, other=0)
-        limbs += chunks[:, None] * _row(digits, mi[:, None], i)[None, :]
-    modulus_limbs = tl.load(modulus_limb_ptr + li, mask=li < n_limbs, other=0)[:, None]
-    limbs = tl.where(negative[None, :] & (li[:, None] < n_limbs), modulus_limbs - limbs, limbs)
-    for c in range(n_limbs - 1):
-        # Arithmetic shift: a negative limb borrows from the next.
-        carry = _row(limbs, li[:, None], c) >> LIMB
-        limbs = tl.where(li[:, None] == c, limbs & ((1 << LIMB) - 1), limbs)
-        limbs = tl.where(li[:, None] == c + 1, limbs + carry[None, :], limbs)
-
-    # Rounding window: the top four limbs hold the 53 kept bits and the rounding bit.
+@triton.jit
+def _round(limbs, offs_l, exponent, LIMB: tl.constexpr):
+    # |Y| * 2**exponent rounded to nearest even, from the settled limbs of |Y|.  The top
+    # four limbs (at least 64 bits under the top one's leading bit) hold the 53 kept bits
+    # and the rounding bit; lower limbs only matter through the sticky bit.  high and low
+    # (two limbs each, at most 62 bits) and every shifted value stay inside int64.  A result under 2**-1022 keeps fewer bits (its last
+    # one weighs 2**-1074), so it is rounded once, straight to the subnormal grid.
     nonzero = limbs != 0
-    top = tl.max(tl.where(nonzero, li[:, None], 0), axis=0)
+    top = tl.max(tl.where(nonzero, offs_l[:, None], 0), axis=0)
     bottom = tl.maximum(top - 3, 0)
-    w0 = _row(limbs, li[:, None] - bottom[None, :], 0)
-    w1 = _row(limbs, li[:, None] - bottom[None, :], 1)
-    w2 = _row(limbs, li[:, None] - bottom[None, :], 2)
-    w3 = _row(limbs, li[:, None] - bottom[None, :], 3)
+    w0 = _row(limbs, offs_l[:, None] - bottom[None, :], 0)
+    w1 = _row(limbs, offs_l[:, None] - bottom[None, :], 1)
+    w2 = _row(limbs, offs_l[:, None] - bottom[None, :], 2)
+    w3 = _row(limbs, offs_l[:, None] - bottom[None, :], 3)
     high = (w3 << LIMB) | w2
     low = (w1 << LIMB) | w0
-    below = tl.sum(tl.where(nonzero & (li[:, None] < bottom[None, :]), 1, 0), axis=0) > 0
+    below = tl.max(tl.where(nonzero & (offs_l[:, None] < bottom[None, :]), 1, 0), axis=0) > 0
 
     base = LIMB * bottom
-    top_limb = _row(limbs, li[:, None] - top[None, :], 0)
+    top_limb = _row(limbs, offs_l[:, None] - top[None, :], 0)
     top_bits = ((top_limb.to(tl.float64).to(tl.int64, bitcast=True) >> 52) & 0x7FF) - 1022
     length = LIMB * top + tl.where(top_limb == 0, 0, top_bits)
     drop = tl.minimum(tl.maximum(tl.maximum(length - 53, -1074 - exponent) - base, 0), 4 * LIMB + 1)
@@ -129,70 +127,218 @@ def _decode_kernel(
     kept = kept + ((half_bit == 1) & (sticky | ((kept & 1) == 1))).to(tl.int64)
     scale = base + drop + exponent
     first = tl.minimum(tl.maximum(scale, -1022), 1023)
-    magnitude = kept.to(tl.float64) * _pow2(first) * _pow2(scale - first)
-    tl.store(out_ptr + offs, tl.where(negative, -magnitude, magnitude), mask=mask)
+    return kept.to(tl.float64) * _pow2(first) * _pow2(scale - first)
+
+
+@triton.jit
+def _decode_kernel(
+    c_ptr, row_exp_ptr, col_exp_ptr, moduli_ptr, fraction_ptr, weight_limb_ptr, modulus_limb_ptr, out_ptr, flag_ptr,
+    cols, col_blocks, stride_cn, stride_cr, stride_cc, threshold,
+    N_MODULI: tl.constexpr, N_LIMBS: tl.constexpr, LIMB_PAD: tl.constexpr, LIMB: tl.constexpr,
+    EXPONENT_CLAMP: tl.constexpr, BLOCK: tl.constexpr,
+):
+    # One program: BLOCK consecutive columns of one row (no per-entry division).
+    pid = tl.program_id(0)
+    row = pid // col_blocks
+    offs_c = (pid % col_blocks) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs_c < cols
+    offs_l = tl.arange(0, LIMB_PAD)
+    # |Y| < 2**bits(M) with bits(M) < 2**32 (the launcher's sum bound), so past +-2**34 the
+    # result is 0 or inf either way: the exponent saturates there, which keeps every later
+    # exponent sum far inside int64.  The int64 sum wraps; a wrap (both terms of one sign,
+    # the sum of the other) saturates by the sign of the terms.
+    row_exp = tl.load(row_exp_ptr + row)
+    col_exp = tl.load(col_exp_ptr + offs_c, mask=mask, other=0)
+    exponent = row_exp + col_exp
+    wrapped = ((row_exp ^ exponent) & (col_exp ^ exponent)) < 0
+    exponent = tl.where(wrapped, tl.where(col_exp < 0, -EXPONENT_CLAMP, EXPONENT_CLAMP),
+                        tl.minimum(tl.maximum(exponent, -EXPONENT_CLAMP), EXPONENT_CLAMP))
+
+    # 1. Linear CRT: limb sums and the estimate of X'/M, one residue at a time.
+    c_ptrs = c_ptr + tl.cast(row, tl.int64) * stride_cr + tl.cast(offs_c, tl.int64) * stride_cc
+    estimate = tl.zeros((BLOCK,), tl.float64)
+    sums = tl.zeros((LIMB_PAD, BLOCK), tl.float64)
+    outside = tl.zeros((BLOCK,), tl.int1)
+    for i in tl.static_range(N_MODULI):
+        residue = tl.load(c_ptrs, mask=mask, other=0)
+        modulus = tl.load(moduli_ptr + i)
+        wrong = (residue <= -modulus) | (residue >= modulus)
+        outside |= wrong
+        # Zeroed, a residue out of range cannot break the float64 bounds of its neighbours.
+        value = tl.where(wrong, 0, residue).to(tl.float64)
+        estimate += value * tl.load(fraction_ptr + i)
+        sums += value[None, :] * tl.load(weight_limb_ptr + i * LIMB_PAD + offs_l)[:, None]
+        c_ptrs += stride_cn
+    # E + 1/2 rounds only near a half-integer, where |E - q| > threshold is flagged anyway.
+    nearest = tl.floor(estimate + 0.5)
+    # Flag 2: a residue out of range, 1: |Y| reaches M/4.  Only flagged entries touch the
+    # flag, so a clean launch pays no reduction or atomic.
+    code = tl.where(outside, 2, tl.where(tl.abs(estimate - nearest) > threshold, 1, 0))
+    tl.atomic_max(flag_ptr + tl.zeros_like(offs_c), code, mask=mask & (code != 0), sem="relaxed")
+    sums -= nearest[None, :] * tl.load(modulus_limb_ptr + offs_l)[:, None]
+
+    # 2. Settle, read the sign off the top limb, negate and settle again: limbs of |Y|.
+    limbs = _settle(sums.to(tl.int64), offs_l, N_LIMBS, LIMB)
+    negative = _row(limbs, offs_l[:, None], N_LIMBS - 1) < 0
+    limbs = _settle(tl.where(negative[None, :], -limbs, limbs), offs_l, N_LIMBS, LIMB)
+
+    # 3. One rounding.
+    magnitude = _round(limbs, offs_l, exponent, LIMB)
+    tl.store(out_ptr + tl.cast(row, tl.int64) * cols + offs_c, tl.where(negative, -magnitude, magnitude), mask=mask)
+
+
+class _Layout(NamedTuple):
+    n_limbs: int
+    limb_bits: int
+    slack: float  # bound on |E - X'/M|
+
+
+@cache
+def _constants(moduli: tuple[int, ...]) -> tuple[_Layout, dict[str, torch.Tensor]]:
+    """Limb layout, the slack of the capacity check, and the host tables of the kernel."""
+    for m in moduli:
+        if isinstance(m, bool) or not isinstance(m, int) or not 2 <= m < 2**31:
+            raise ValueError(f"modulus {m!r} must be an int in [2, 2**31)")
+    for i, m in enumerate(moduli):
+        for other in moduli[:i]:
+            if math.gcd(m, other) != 1:
+                raise ValueError(f"moduli {other} and {m} are not coprime: the CRT needs pairwise coprime moduli")
+    n = len(moduli)
+    # Exactness of the limb sums.  Residues satisfy |c_i| <= m_i - 1 (checked per entry), so
+    # sum |c_i| <= spread.  |E| <= sum |c_i| * inv_i / m_i + slack < spread + 1/2, hence
+    # |q| <= spread; every partial sum of S_l, the q * limb_l(M) term included, is an
+    # integer of magnitude at most 2 * spread * (2**b - 1), exact in float64 below 2**53.
+    spread = sum(m - 1 for m in moduli)
+    widths = [b for b in range(_MIN_LIMB_BITS, _MAX_LIMB_BITS + 1) if 2 * spread * ((1 << b) - 1) < _FLOAT64_EXACT]
+    if not widths:
+        raise ValueError(
+            f"moduli sum(m - 1) = {spread}: the limb sums 2 * sum(m - 1) * (2**{_MIN_LIMB_BITS} - 1) reach 2**53 "
+            "and would round in float64; use fewer or smaller moduli (sum(m - 1) < 2**31)"
+        )
+    # Error of E against X'/M: each w_i / M = inv_i / m_i < 1 is stored rounded (relative
+    # error <= u = 2**-53), and a sum of n products of magnitude below |c_i| errs by at most
+    # gamma_n * sum |c_i * f_i|, gamma_n = n * u / (1 - n * u) (fused multiply-adds only
+    # tighten it): |E - X'/M| <= (u + gamma_n * (1 + u)) * spread <= (n + 2) * u * spread =
+    # slack.  Pairwise coprime moduli >= 2 are distinct, so spread >= n * (n + 1) / 2 and
+    # the check above gives n < 2**16, slack < 2**-6.  Then |Y| < M/4 gives
+    # |E - q| < 1/4 + slack, never flagged, and an unflagged |E - round(E)| <= 1/4 + slack
+    # leaves |Y| / M <= 1/4 + 2 * slack < 1/2: round(E) is the q of the representative
+    # nearest 0, which the result rounds, and |Y| < M/2.
+    slack = (n + 2) * spread * _UNIT_ROUNDOFF
+    product = math.prod(moduli)
+    # |Y| < M/2 fits the limbs, so the top limb of the settled Y lies in [-2**(b-1), 2**(b-1)).
+    # Cost: multiply-adds ~ the padded count, carry steps ~ the count.
+    limb_bits = min(widths, key=lambda b: (triton.next_power_of_2(_limb_count(product, b)), _limb_count(product, b)))
+    n_limbs = _limb_count(product, limb_bits)
+    pad = triton.next_power_of_2(n_limbs)
+
+    def limbs_of(x: int) -> list[float]:
+        return [float((x >> (limb_bits * j)) & ((1 << limb_bits) - 1)) for j in range(pad)]
+
+    weight_limbs, fractions = [], []
+    for m in moduli:
+        cofactor = product // m
+        inverse = pow(cofactor, -1, m)
+        weight_limbs.append(limbs_of(cofactor * inverse))
+        fractions.append(inverse / m)  # int / int rounds once, to nearest
+    tables = {
+        "moduli": torch.tensor(moduli, dtype=torch.int64),
+        "fractions": torch.tensor(fractions, dtype=torch.float64),
+        "weight_limbs": torch.tensor(weight_limbs, dtype=torch.float64),
+        "modulus_limbs": torch.tensor(limbs_of(product), dtype=torch.float64),
+    }
+    return _Layout(n_limbs, limb_bits, slack), tables
+
+
+def _limb_count(product: int, limb_bits: int) -> int:
+    return max(1, -(-product.bit_length() // limb_bits))
+
+
+@cache
+def _device_tables(moduli: tuple[int, ...], device: torch.device) -> dict[str, torch.Tensor]:
+    # Kept per device: four host-to-device copies per call would cost more than a small decode.
+    return {name: t.to(device) for name, t in _constants(moduli)[1].items()}
+
+
+def _constexprs(n_moduli: int, n_limbs: int, limb_bits: int) -> dict[str, int]:
+    return dict(N_MODULI=n_moduli, N_LIMBS=n_limbs, LIMB_PAD=triton.next_power_of_2(n_limbs), LIMB=limb_bits,
+                EXPONENT_CLAMP=_EXPONENT_CLAMP, BLOCK=DECODE_BLOCK)
 
 
 def decode_residues(c: torch.Tensor, moduli: Sequence[int], row_exponent: torch.Tensor,
-           col_exponent: torch.Tensor) -> torch.Tensor:
+                    col_exponent: torch.Tensor) -> torch.Tensor:
     """float64 ``[R, C]``: the signed integer Y with ``Y ≡ c[i] (mod moduli[i])`` and
     ``|Y| < M/4`` (M = prod(moduli)), times ``2**(row_exponent[r] + col_exponent[c])``,
-    rounded once to nearest even.  ``c`` is an integer tensor ``[len(moduli), R, C]``."""
+    rounded once to nearest even.  ``c`` is an int32 or int64 tensor
+    ``[len(moduli), R, C]`` of residues, any representative with ``|c[i]| < moduli[i]``
+    (``[0, m)`` or balanced).  Raises ValueError for a residue out of that range and
+    where |Y| reaches M/4, the moduli's capacity too small for the product (past a margin
+    of the float64 estimate, below 2**-6 * M and about N**2 * max(m) * 2**-53 * M, inside
+    which the result is the representative of Y nearest 0, rounded)."""
     if not isinstance(c, torch.Tensor) or c.dtype not in (torch.int32, torch.int64):
         raise TypeError(f"c must be an int32 or int64 tensor, got {getattr(c, 'dtype', type(c).__name__)}")
-    moduli = list(moduli)
+    moduli = tuple(moduli)
+    if not moduli:
+        raise ValueError("decode needs at least one modulus")
     if c.dim() != 3 or c.shape[0] != len(moduli):
         raise ValueError(f"c has shape {tuple(c.shape)}: expected [{len(moduli)} moduli, R, C]")
     rows, cols = c.shape[1:]
     for name, exp, size in (("row_exponent", row_exponent, rows), ("col_exponent", col_exponent, cols)):
         if not isinstance(exp, torch.Tensor) or exp.dtype != torch.int64 or exp.shape != (size,):
             raise ValueError(f"{name} must be an int64 tensor of shape ({size},)")
-    if c.numel() and int(c.abs().max()) >= 2**50:
-        raise ValueError("c holds entries of magnitude 2**50 or more: pass residues (the kernel reduces "
-                         "values below m * 2**50)")
-    for m in moduli:
-        if isinstance(m, bool) or not isinstance(m, int) or not 2 <= m < 2**31:
-            raise ValueError(f"modulus {m!r} must be an int in [2, 2**31)")
-    if not moduli:
-        raise ValueError("decode needs at least one modulus")
-    product = math.prod(moduli)
-    n_limbs = product.bit_length() // LIMB_BITS + 1
-    # Limb sums: n terms below 2**31 * 2**21 must stay inside int64.
-    if len(moduli) * 2**(31 + LIMB_BITS) >= 2**63:
-        raise ValueError(f"{len(moduli)} moduli: limb sums could overflow int64; use at most 2047 moduli")
-    np_ = triton.next_power_of_2(len(moduli))
-    weights = [math.prod(moduli[:i]) for i in range(len(moduli))]
-    inverses = torch.zeros((np_, np_), dtype=torch.int64)
-    for i, m in enumerate(moduli):
-        for j in range(i):
-            try:
-                inverses[i, j] = pow(moduli[j], -1, m)
-            except ValueError:
-                raise ValueError(f"moduli {moduli[j]} and {m} are not coprime: the CRT needs pairwise coprime "
-                                 f"moduli") from None
-    mask = (1 << LIMB_BITS) - 1
-    lp = triton.next_power_of_2(n_limbs)
-    chunks = torch.zeros((lp, np_), dtype=torch.int64)
-    for limb in range(n_limbs):
-        for i, w in enumerate(weights):
-            chunks[limb, i] = (w >> (LIMB_BITS * limb)) & mask
+        if exp.device != c.device:
+            raise ValueError(f"{name} is on {exp.device}, c on {c.device}: pass both on one device")
+    layout = _constants(moduli)[0]
     device = c.device
     out = torch.empty((rows, cols), dtype=torch.float64, device=device)
     if out.numel() == 0:
         return out
-    grid = (triton.cdiv(rows * cols, DECODE_BLOCK),)
-    flags = torch.zeros(grid[0], dtype=torch.int32, device=device)
-    flat = c.reshape(len(moduli), rows * cols).contiguous()
+    col_blocks = triton.cdiv(cols, DECODE_BLOCK)
+    grid = (rows * col_blocks,)
+    flag = torch.zeros(1, dtype=torch.int32, device=device)
+    tables = _device_tables(moduli, device)
     _decode_kernel[grid](
-        flat, row_exponent.contiguous(), col_exponent.contiguous(),
-        torch.tensor(moduli, dtype=torch.int64, device=device), inverses.to(device),
-        torch.tensor([w / product for w in weights], dtype=torch.float64, device=device), chunks.to(device),
-        torch.tensor([(product >> (LIMB_BITS * limb)) & mask for limb in range(n_limbs)], dtype=torch.int64,
-                     device=device),
-        out, flags,
-        len(moduli), n_limbs, rows * cols, cols, flat.stride(0),
-        NP=np_, LP=lp, LIMB=LIMB_BITS, BLOCK=DECODE_BLOCK,
+        c, row_exponent.contiguous(), col_exponent.contiguous(), tables["moduli"], tables["fractions"],
+        tables["weight_limbs"], tables["modulus_limbs"], out, flag,
+        cols, col_blocks, c.stride(0), c.stride(1), c.stride(2), 0.25 + layout.slack,
+        **_constexprs(len(moduli), layout.n_limbs, layout.limb_bits), num_warps=DECODE_WARPS,
     )
-    if bool(flags.any()):
+    worst = int(flag)
+    if worst >= 2:
+        raise ValueError("c holds a residue with |c[i]| >= moduli[i]: reduce it first, e.g. torch.remainder(c, m)")
+    if worst == 1:
         raise ValueError("a CRT value reaches M/4 in magnitude: the moduli's capacity is too small for these products")
     return out
+
+
+def reference_decode(c: torch.Tensor, moduli: Sequence[int], row_exponent: torch.Tensor,
+                     col_exponent: torch.Tensor) -> torch.Tensor:
+    """What :func:`decode_residues` computes, through the staged torch CRT in ``ozaki.crt``."""
+    exponent = row_exponent[:, None] + col_exponent[None, :]
+    return round_to_float64(garner(c.to(torch.int64), moduli), moduli, exponent)
+
+
+def compile_ptx(moduli: Sequence[int], capability: int = 90) -> str:
+    """PTX of the decode kernel for ``moduli`` on ``sm_<capability>``, compiled without a
+    GPU (int32 residues, unit column stride).
+
+    Needs compiled kernels: under ``TRITON_INTERPRET=1`` the kernel is an interpreter
+    object, so run this in a process without that variable."""
+    if isinstance(_decode_kernel, InterpretedFunction):
+        raise RuntimeError("compile_ptx needs compiled kernels: run it in a process without TRITON_INTERPRET=1")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    layout = _constants(tuple(moduli))[0]
+    constexprs = _constexprs(len(moduli), layout.n_limbs, layout.limb_bits)
+    pointers = {"c_ptr": "*i32", "fraction_ptr": "*fp64", "weight_limb_ptr": "*fp64", "modulus_limb_ptr": "*fp64",
+                "out_ptr": "*fp64", "flag_ptr": "*i32", "threshold": "fp64"}
+    signature = {name: pointers.get(name, "*i64" if name.endswith("_ptr") else "i32")
+                 for name in _decode_kernel.arg_names if name not in constexprs}
+    # What a launch on a contiguous c specializes: the column stride is 1.
+    signature["stride_cc"] = "constexpr"
+    constexprs["stride_cc"] = 1
+    signature.update({name: "constexpr" for name in _constexprs(len(moduli), layout.n_limbs, layout.limb_bits)})
+    source = ASTSource(_decode_kernel, signature, constexprs)
+    compiled = triton.compile(source, target=GPUTarget("cuda", capability, 32), options={"num_warps": DECODE_WARPS})
+    return compiled.asm["ptx"]

@@ -11,8 +11,8 @@ Two ways, both exact:
 
       C'_i ≡ Σ_t λ_t · P_t(A'_i) · Q_t(B'_i)   (mod m_i).
 
-  On CUDA the plane GEMMs run in the Triton kernels (:func:`kernels.modular_matmul`); on
-  the CPU a float64 GEMM per plane computes the very same integers (checked against 2^53).
+  On CUDA the pipeline runs the plane GEMMs in Triton (:mod:`kernels.modular`); here a
+  float64 GEMM per plane computes the very same integers (checked against 2^53).
 """
 
 from __future__ import annotations
@@ -101,23 +101,18 @@ def encode_planes(r: torch.Tensor, encoding: Encoding, side: str) -> torch.Tenso
 def plane_products(ra: torch.Tensor, rb: torch.Tensor, encodings: Sequence[Encoding]) -> torch.Tensor:
     """C'_i through the digit planes of each modulus' encoding; int64 in [0, m_i).
 
-    ra is (N, M, K) and rb (N, K, Nc): one matrix pair, as the kernels take them."""
+    ra is (N, ..., M, K) and rb (N, ..., K, Nc)."""
     out = []
     for i, encoding in enumerate(encodings):
         m = encoding.modulus
         pa = encode_planes(ra[i], encoding, "a")
         pb = encode_planes(rb[i], encoding, "b")
         coefficients = [plane.coefficient for plane in encoding.planes]
-        if ra.is_cuda:
-            import kernels  # noqa: PLC0415  (Triton is only needed on the GPU path)
-
-            c = kernels.modular_matmul(pa, pb.transpose(-1, -2), coefficients, m, digits=encoding.digits)
-        else:
-            k = ra.shape[-1]
-            c = torch.zeros((*ra.shape[1:-1], rb.shape[-1]), dtype=torch.int64, device=ra.device)
-            for t, coefficient in enumerate(coefficients):
-                _check_float64_exact(k, int(pa[t].abs().max()), int(pb[t].abs().max()), f"plane {t} mod {m}")
-                product = torch.matmul(pa[t].to(torch.float64), pb[t].to(torch.float64)).to(torch.int64)
-                c = torch.remainder(c + coefficient * torch.remainder(product, m), m)
+        k = ra.shape[-1]
+        c = torch.zeros((*ra.shape[1:-1], rb.shape[-1]), dtype=torch.int64, device=ra.device)
+        for t, coefficient in enumerate(coefficients):
+            _check_float64_exact(k, int(pa[t].abs().max()), int(pb[t].abs().max()), f"plane {t} mod {m}")
+            product = torch.matmul(pa[t].to(torch.float64), pb[t].to(torch.float64)).to(torch.int64)
+            c = torch.remainder(c + coefficient * torch.remainder(product, m), m)
         out.append(torch.remainder(c, m))
     return torch.stack(out)

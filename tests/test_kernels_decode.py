@@ -1,43 +1,64 @@
-"""The fused decode kernel returns exactly the bits of the staged torch path:
-``ozaki.crt.garner`` -> ``ozaki.crt.round_to_float64`` (the plain reference)."""
+"""The fused decode kernel (linear CRT) returns exactly the bits of the staged torch path
+``ozaki.crt.garner`` -> ``ozaki.crt.round_to_float64`` (``reference_decode``), and of
+CPython's correctly rounded integer division where that path's own bounds stop it."""
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernels.decode import decode_residues
-from ozaki.crt import garner, round_to_float64
+from kernels.decode import decode_residues, reference_decode
 
+ROOT = Path(__file__).resolve().parents[1]
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 # Overflowing results are meant to become infinities.
 pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered in multiply:RuntimeWarning")
 
 MODULI = {
     "fp4-plan": [7, 8, 9, 11, 43, 47, 53, 59, 61, 67, 71, 73, 79, 83, 85, 89, 139, 149, 151, 157, 169],
-    "small": [7, 8, 9],
-    "int8": [256, 255, 253, 251, 247, 241],
+    "int8-20": [256, 255, 253, 251, 247, 241, 239, 233, 229, 227, 223, 211, 199, 197, 193, 191, 181, 179, 173, 167],
+    # 126 bits: five limbs of 26 bits; four would take 32-bit limbs, past the int64 window bound.
+    "int8-16": [256, 255, 253, 251, 247, 241, 239, 233, 229, 227, 223, 211, 199, 197, 193, 191],
+    "three": [7, 8, 9],
+    "two": [251, 256],
+    "one": [241],
     "wide": [32749, 32719, 32717, 32713],
+    "primes-2^22": [4194301, 4194287, 4194277, 4194271],
+    "mixed": [3, 256, 4194301, 65521, 1021, 13],
 }
+# Past ozaki.crt's own bounds (moduli from 2**24): checked against exact Python integers.
+BEYOND_REFERENCE = {"primes-2^30": [1073741789, 1073741783]}
 
 
-def residues_of(values: list[list[int]], moduli) -> torch.Tensor:
-    return torch.tensor([[[y % m for y in row] for row in values] for m in moduli], dtype=torch.int64,
-                        device=DEVICE)
+def exact(y: int, e: int) -> float:
+    """y * 2**e rounded once to float64 by CPython (int / int and float(int) round to nearest
+    even, subnormals included); +-inf past the range; an exact 0 is +0.0."""
+    try:
+        return float(y << e) if e >= 0 else y / (1 << -e)
+    except OverflowError:
+        return math.copysign(math.inf, y)
 
 
-def staged(c, moduli, row_exp, col_exp) -> torch.Tensor:
-    return round_to_float64(garner(c, moduli), moduli, row_exp[:, None] + col_exp[None, :])
+def residues_of(values: list[list[int]], moduli, balanced: bool = False, dtype=torch.int64) -> torch.Tensor:
+    def rep(y, m):
+        r = y % m
+        return r - m if balanced and r > m // 2 else r
+    return torch.tensor([[[rep(y, m) for y in row] for row in values] for m in moduli], dtype=dtype, device=DEVICE)
 
 
 def special_values(limit: int, rng: random.Random) -> list[int]:
-    """Zero, ±1, the capacity edge, and integers whose 53-bit rounding is a tie or just off one."""
-    out = [0, 1, -1, limit - 1, -(limit - 1)]
+    """Zero, +-1, values near +-limit, and integers whose 53-bit rounding is a tie or just off one."""
+    out = [0, 1, -1, limit - 1, -(limit - 1), limit // 2, -(limit // 3)]
     for shift in range(1, max(2, limit.bit_length() - 54), 7):
         core = rng.randrange(2**52, 2**53) << shift
         half = 1 << (shift - 1)
@@ -45,46 +66,137 @@ def special_values(limit: int, rng: random.Random) -> list[int]:
     return [v for v in out if abs(v) < limit]
 
 
-@pytest.mark.parametrize("moduli", sorted(MODULI))
-@pytest.mark.parametrize("exponents", ["moderate", "subnormal", "overflow"])
-def test_fused_decode_equals_staged_path(moduli, exponents):
-    rng = random.Random(f"{moduli}-{exponents}")
-    mods = MODULI[moduli]
-    limit = math.prod(mods) // 4
+def grid_case(mods, exponents: str, seed: str, rows: int = 5):
+    """A rows x cols grid of products with row and column exponents.  They stay 2**-40 * M
+    below M/4: ozaki.crt's sign estimate may refuse values closer to the edge."""
+    rng = random.Random(seed)
+    limit = math.prod(mods) // 4 - (math.prod(mods) >> 40)
     values = special_values(limit, rng)
-    values += [rng.choice([-1, 1]) * rng.randrange(2 ** rng.randrange(1, limit.bit_length())) for _ in range(150)]
-    rows = 7
+    values += [rng.choice([-1, 1]) * rng.randrange(2 ** rng.randrange(1, limit.bit_length())) for _ in range(60)]
     values += [0] * (-len(values) % rows)
     grid = [values[i::rows] for i in range(rows)]
-    cols = len(grid[0])
     low, high = {"moderate": (-300, 300), "subnormal": (-1200, -900), "overflow": (850, 1100)}[exponents]
-    row_exp = torch.tensor([rng.randrange(low, high) for _ in range(rows)], dtype=torch.int64, device=DEVICE)
-    col_exp = torch.tensor([rng.randrange(-60, 60) for _ in range(cols)], dtype=torch.int64, device=DEVICE)
+    row_exp = [rng.randrange(low, high) for _ in range(rows)]
+    col_exp = [rng.randrange(-60, 60) for _ in range(len(grid[0]))]
+    return grid, row_exp, col_exp
+
+
+def exponent_tensors(row_exp, col_exp):
+    return (torch.tensor(row_exp, dtype=torch.int64, device=DEVICE),
+            torch.tensor(col_exp, dtype=torch.int64, device=DEVICE))
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    # Signed zeros and infinities included.
+    return torch.equal(a.view(torch.int64), b.view(torch.int64))
+
+
+@pytest.mark.parametrize("moduli", sorted(MODULI))
+@pytest.mark.parametrize("exponents", ["moderate", "subnormal", "overflow"])
+def test_decode_equals_staged_path(moduli, exponents):
+    mods = MODULI[moduli]
+    grid, row_exp, col_exp = grid_case(mods, exponents, f"{moduli}-{exponents}")
+    row, col = exponent_tensors(row_exp, col_exp)
     c = residues_of(grid, mods)
-    got = decode_residues(c, mods, row_exp, col_exp)
-    want = staged(c, mods, row_exp, col_exp)
-    # Same bits, signed zeros, infinities included.
-    assert torch.equal(got.view(torch.int64), want.view(torch.int64))
+    got = decode_residues(c, mods, row, col)
+    assert same_bits(got, reference_decode(c, mods, row, col))
+    # Balanced representatives and int32 storage name the same products.
+    assert same_bits(decode_residues(residues_of(grid, mods, balanced=True, dtype=torch.int32), mods, row, col), got)
 
 
-@settings(max_examples=25, deadline=None)
-@given(values=st.lists(st.integers(-(2**118), 2**118), min_size=1, max_size=30),
+@pytest.mark.parametrize("moduli", sorted(MODULI | BEYOND_REFERENCE))
+def test_capacity_edge_decodes(moduli):
+    # |Y| = M/4 - 1 is inside the contract: the check's slack must not refuse it.
+    mods = (MODULI | BEYOND_REFERENCE)[moduli]
+    edge = math.prod(mods) // 4 - 1
+    values = [edge, -edge, edge - 1, -(edge - 1)]
+    row, col = torch.tensor([-30], dtype=torch.int64, device=DEVICE), torch.zeros(4, dtype=torch.int64, device=DEVICE)
+    got = decode_residues(residues_of([values], mods), mods, row, col)
+    assert got.tolist() == [[exact(y, -30) for y in values]]
+
+
+@pytest.mark.parametrize("moduli", sorted(BEYOND_REFERENCE))
+def test_decode_beyond_the_reference_bounds(moduli):
+    mods = BEYOND_REFERENCE[moduli]
+    grid, row_exp, col_exp = grid_case(mods, "moderate", moduli)
+    got = decode_residues(residues_of(grid, mods), mods, *exponent_tensors(row_exp, col_exp))
+    want = [[exact(y, r + col_exp[j]) for j, y in enumerate(row)] for row, r in zip(grid, row_exp)]
+    assert same_bits(got, torch.tensor(want, dtype=torch.float64, device=DEVICE))
+
+
+def test_strided_residues():
+    # A transposed view (column stride != 1) decodes like its contiguous copy.
+    mods = MODULI["int8-20"]
+    grid, row_exp, col_exp = grid_case(mods, "moderate", "strided")
+    c = residues_of([list(col) for col in zip(*grid)], mods).transpose(1, 2)
+    row, col = exponent_tensors(row_exp, col_exp)
+    assert not c.is_contiguous()
+    assert same_bits(decode_residues(c, mods, row, col), decode_residues(c.contiguous(), mods, row, col))
+
+
+@settings(max_examples=20, deadline=None)
+@given(data=st.data(), moduli=st.sampled_from(["fp4-plan", "int8-20", "primes-2^22"]),
        row=st.integers(-1250, 1100), col=st.integers(-100, 100))
-def test_fused_decode_any_product(values, row, col):
-    mods = MODULI["fp4-plan"]
+def test_decode_any_product(data, moduli, row, col):
+    mods = MODULI[moduli]
+    limit = math.prod(mods) // 4 - (math.prod(mods) >> 40)
+    values = data.draw(st.lists(st.integers(-(limit - 1), limit - 1), min_size=1, max_size=20))
     c = residues_of([values], mods)
     row_exp = torch.tensor([row], dtype=torch.int64, device=DEVICE)
     col_exp = torch.full((len(values),), col, dtype=torch.int64, device=DEVICE)
     got = decode_residues(c, mods, row_exp, col_exp)
-    assert torch.equal(got.view(torch.int64), staged(c, mods, row_exp, col_exp).view(torch.int64))
+    assert same_bits(got, reference_decode(c, mods, row_exp, col_exp))
+    assert got.tolist() == [[exact(y, row + col) for y in values]]
+
+
+@pytest.mark.parametrize("moduli", ["int8-20", "three", "primes-2^22"])
+@pytest.mark.parametrize("where", ["just past M/4", "0.3 M", "M/2 - 1", "M/2"])
+def test_products_past_the_capacity_raise(moduli, where):
+    # |Y| >= M/4 past the float64 estimate's slack (below 2**-20 * M here): the caller's
+    # capacity was too small, and no result is returned.
+    mods = MODULI[moduli]
+    big = math.prod(mods)
+    y = {"just past M/4": big // 4 + 1 + (big >> 20), "0.3 M": big * 3 // 10, "M/2 - 1": big // 2 - 1,
+         "M/2": big // 2}[where]
+    row, col = torch.zeros(1, dtype=torch.int64, device=DEVICE), torch.zeros(3, dtype=torch.int64, device=DEVICE)
+    for values in ([1, y, 2], [-y, 0, 0]):
+        with pytest.raises(ValueError, match="reaches M/4"):
+            decode_residues(residues_of([values], mods), mods, row, col)
+
+
+@pytest.mark.parametrize(
+    "row_exp, col_exp, want",
+    [
+        (-(2**40), 0, [0.0, -0.0, 0.0]),
+        (2**40, -(2**39), [math.inf, -math.inf, 0.0]),  # each term past the saturation, the sum too
+        (2**40, -(2**40) + 3, [12345.0 * 8, -(2.0**103), 0.0]),  # large terms, moderate sum
+        (2**62, 2**62, [math.inf, -math.inf, 0.0]),  # the int64 sum wraps
+        (-(2**63), -(2**62), [0.0, -0.0, 0.0]),
+        (2**63 - 1, -(2**63) + 1, [12345.0, -(2.0**100), 0.0]),
+    ],
+)
+def test_extreme_exponents(row_exp, col_exp, want):
+    mods = MODULI["int8-20"]
+    c = residues_of([[12345, -(2**100), 0]], mods)
+    row = torch.tensor([row_exp], dtype=torch.int64, device=DEVICE)
+    col = torch.tensor([col_exp] * 3, dtype=torch.int64, device=DEVICE)
+    got = decode_residues(c, mods, row, col)
+    assert same_bits(got, torch.tensor([want], dtype=torch.float64, device=DEVICE))
 
 
 def test_int32_residues_from_the_gemm_decode_alike():
-    mods = MODULI["int8"]
+    mods = MODULI["int8-20"][:6]
     c = residues_of([[12345, -678, 2**40 + 3]], mods)
     e = torch.zeros(1, dtype=torch.int64, device=DEVICE), torch.zeros(3, dtype=torch.int64, device=DEVICE)
-    assert torch.equal(decode_residues(c.int(), mods, *e), decode_residues(c, mods, *e))
+    assert same_bits(decode_residues(c.int(), mods, *e), decode_residues(c, mods, *e))
     assert decode_residues(c, mods, *e).tolist() == [[12345.0, -678.0, float(2**40 + 3)]]
+
+
+def test_empty_grid():
+    mods = MODULI["three"]
+    c = torch.zeros((3, 0, 4), dtype=torch.int64, device=DEVICE)
+    row, col = torch.zeros(0, dtype=torch.int64, device=DEVICE), torch.zeros(4, dtype=torch.int64, device=DEVICE)
+    assert decode_residues(c, mods, row, col).shape == (0, 4)
 
 
 @pytest.mark.parametrize(
@@ -92,12 +204,19 @@ def test_int32_residues_from_the_gemm_decode_alike():
     [
         (dict(c=lambda c: c.double()), TypeError, "int32 or int64"),
         (dict(c=lambda c: c[:2]), ValueError, "expected \\[3 moduli, R, C\\]"),
-        (dict(c=lambda c: c + 2**50), ValueError, "2\\*\\*50"),
+        (dict(c=lambda c: c + 9), ValueError, "reduce it first"),
+        (dict(c=lambda c: c - 9), ValueError, "reduce it first"),
+        (dict(c=lambda c: c + 2**50), ValueError, "reduce it first"),
         (dict(moduli=[7, 8, 14]), ValueError, "not coprime"),
         (dict(moduli=[7, 8, 1]), ValueError, "modulus 1"),
+        (dict(moduli=[7, 8, 2**31]), ValueError, "modulus 2147483648"),
+        (dict(moduli=[7, 8, True]), ValueError, "modulus True"),
+        (dict(moduli=[2**31 - 1, 2**31 - 2, 5]), ValueError, "limb sums .* reach 2\\*\\*53"),
+        (dict(moduli=[]), ValueError, "at least one modulus"),
         (dict(row=lambda r: r.int()), ValueError, "row_exponent"),
         (dict(col=lambda r: r[:1]), ValueError, "col_exponent"),
-        (dict(c=lambda c: torch.full_like(c, 200)), ValueError, "reaches M/4"),
+        (dict(row=lambda r: r.to("meta")), ValueError, "one device"),
+        (dict(c=lambda c: residues_of([[200, 1], [3, 4]], [7, 8, 9])), ValueError, "reaches M/4"),
     ],
 )
 def test_bad_decode_calls_raise(change, error, message):
@@ -124,4 +243,27 @@ def test_subnormal_results_round_once(length, kept):
     col = torch.zeros(2, dtype=torch.int64, device=DEVICE)
     got = decode_residues(c, mods, row, col)
     assert got.tolist() == [[math.ldexp(top, -1074), -math.ldexp(top, -1074)]]
-    assert torch.equal(got.view(torch.int64), staged(c, mods, row, col).view(torch.int64))
+    assert same_bits(got, reference_decode(c, mods, row, col))
+
+
+_PTX_SCRIPT = """
+import json, sys
+from kernels.decode import compile_ptx
+json.dump({name: compile_ptx(moduli) for name, moduli in json.loads(sys.argv[1]).items()}, open(sys.argv[2], "w"))
+"""
+
+
+def test_kernel_compiles_for_sm90_with_register_resident_limbs(tmp_path):
+    # Compiled kernels need a process without TRITON_INTERPRET.  Every entry's limbs live in
+    # one thread: no shared memory, barrier or shuffle may appear (a cross-thread limb axis
+    # once made the decode slower than the staged path), nor emulated 64-bit division.
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    shapes = {name: MODULI[name] for name in ("int8-20", "three")}
+    done = subprocess.run([sys.executable, "-c", _PTX_SCRIPT, json.dumps(shapes), str(tmp_path / "ptx.json")],
+                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    for name, ptx in json.loads((tmp_path / "ptx.json").read_text()).items():
+        assert ".entry _decode_kernel" in ptx, name
+        for forbidden in (".shared", "bar.sync", "shfl.", "div.s64", "rem.s64", "div.u64", "rem.u64"):
+            assert forbidden not in ptx, (name, forbidden)

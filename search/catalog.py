@@ -1,0 +1,212 @@
+"""Regenerating the ``encodings/`` catalog from specifications alone.
+
+Residue encodings: for each digit set and modulus, the engine searches 1 limb, then 2
+limbs per side (plane rows with entries in [-1, 1]), fewest products first.  Plans: for
+each digit set, input width and K, the moduli model (search.plan) over the residue
+encodings just written.  Product encodings (only when asked: slow, see
+benchmarks/search.md): the specs INT8 x INT4 and INT8 x INT8 over fp4.  Nothing here
+names an answer; it names only what is asked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import multiprocessing
+from pathlib import Path
+from typing import Callable
+
+from ozaki.digits import digit_set
+from ozaki.formats import dump_json, load_encoding, load_plan
+
+from search.engine import Result, search
+from search.plan import choose_moduli
+from search.results import encoding_dict, plan_dict, search_record
+from search.spec import Spec, default_family
+
+__all__ = [
+    "DEFAULT_WEIGHT_BOUNDS",
+    "PLAN_BITS",
+    "PLAN_K",
+    "find_product",
+    "find_residue",
+    "cheapest_residues",
+    "input_range",
+    "plan_name",
+    "regenerate",
+    "residue_dict",
+    "verify",
+    "write_plans",
+]
+
+PLAN_BITS = (53, 56, 60, 64, 72, 80, 96)
+PLAN_K = (4096, 16384, 65536)
+_RESIDUE_LIMBS = 2
+# fp8 stores integers up to 448, so small weights already cover every modulus up to
+# 256; bounding them keeps the exhaustive side enumeration to seconds.  Recorded in
+# each file's family like every other bound.
+DEFAULT_WEIGHT_BOUNDS = {"fp8": 24}
+
+
+def input_range(name: str) -> tuple[int, int]:
+    """The integers an input type holds: a digit-set name (int8, int4, ...) or 'lo:hi'."""
+    if ":" in name:
+        lo, _, hi = name.partition(":")
+        try:
+            return int(lo), int(hi)
+        except ValueError:
+            raise ValueError(f"bad input range {name!r}: want an integer type name or 'lo:hi'") from None
+    values = digit_set(name)
+    return min(values), max(values)
+
+
+def find_residue(modulus: int, digits: str, *, weight_bound: int | None = None, seed: int = 0, workers: int = 1,
+                 time_limit: float = 120.0, progress: Callable[[str], None] | None = None) -> tuple[Result, list]:
+    """(result, ladder): the residue encoding mod ``modulus`` with the fewest products
+    found with 1, then 2 limbs per side; ``ladder`` records each family's outcome.
+    ``weight_bound`` defaults to :data:`DEFAULT_WEIGHT_BOUNDS` (else m // 2)."""
+    spec = Spec.residue(modulus, digits)
+    if weight_bound is None:
+        weight_bound = DEFAULT_WEIGHT_BOUNDS.get(digits)
+    ladder = []
+    result = None
+    for limbs in range(1, _RESIDUE_LIMBS + 1):
+        family = default_family(spec, limbs * limbs, limbs_a=limbs, limbs_b=limbs)
+        if weight_bound is not None:
+            family = dataclasses.replace(family, weight_bound_a=weight_bound, weight_bound_b=weight_bound)
+        result = search(spec, family, seed=seed, workers=workers, time_limit=time_limit, progress=progress,
+                        join="enumerate")
+        ladder.append({"limbs": limbs, "family": family.describe(), "status": result.status})
+        if result.candidate is not None:
+            break
+    return result, ladder
+
+
+def residue_dict(modulus: int, digits: str, **kwargs) -> dict | None:
+    """The verified catalog dict for one modulus, or None when nothing was found."""
+    result, ladder = find_residue(modulus, digits, **kwargs)
+    if result.candidate is None:
+        return None
+    name = f"res{modulus}-{digits}-{result.candidate.products}"
+    return encoding_dict(result, name, search_record(result, "enumerate", {"ladder": ladder}))
+
+
+def find_product(a: str, b: str, digits: str, max_products: int, *, limbs_a=None, limbs_b=None,
+                 coefficient_bound_a: int = 1, coefficient_bound_b: int = 1, weight_bound_a=None,
+                 weight_bound_b=None, join: str = "model", seed: int = 0, workers: int = 2,
+                 time_limit: float = 60.0, progress=None) -> Result:
+    """The exact encoding of a x b (input type names or 'lo:hi' ranges) with the fewest products."""
+    (a_lo, a_hi), (b_lo, b_hi) = input_range(a), input_range(b)
+    spec = Spec(digits, a_lo, a_hi, b_lo, b_hi)
+    family = default_family(spec, max_products, limbs_a=limbs_a, limbs_b=limbs_b,
+                            coefficient_bound_a=coefficient_bound_a, coefficient_bound_b=coefficient_bound_b)
+    overrides = {k: v for k, v in (("weight_bound_a", weight_bound_a), ("weight_bound_b", weight_bound_b)) if v}
+    if overrides:
+        family = dataclasses.replace(family, **overrides)
+    return search(spec, family, seed=seed, workers=workers, time_limit=time_limit, progress=progress, join=join)
+
+
+def plan_name(digits: str, input_bits: int, k_max: int) -> str:
+    """``fp64-<digits>-k16384`` for the FP64 case (53 bits, K = 16384), else ``b<bits>-<digits>-k<k>``."""
+    if input_bits == 53 and k_max == 16384:
+        return f"fp64-{digits}-k{k_max}"
+    return f"b{input_bits}-{digits}-k{k_max}"
+
+
+def _residue_task(args):
+    modulus, digits, weight_bound, time_limit = args
+    return modulus, digits, residue_dict(modulus, digits, weight_bound=weight_bound, time_limit=time_limit)
+
+
+def cheapest_residues(directory: Path, digits: str, min_k_window: int = 0) -> dict:
+    """modulus -> the residue encoding with the fewest products (then widest window) in
+    ``directory``, ignoring encodings whose exact accumulation window is below ``min_k_window``."""
+    best = {}
+    for path in sorted(directory.glob("*.json")):
+        enc = load_encoding(path)
+        window = enc.extra.get("k_window", enc.accumulation_window())
+        if enc.digits != digits or enc.modulus is None or window < min_k_window:
+            continue
+        key = (enc.products, -window)
+        if enc.modulus not in best or key < best[enc.modulus][0]:
+            best[enc.modulus] = (key, enc)
+    return {m: enc for m, (_, enc) in best.items()}
+
+
+def write_plans(out: Path, digits: str, bits=PLAN_BITS, ks=PLAN_K, *, report=print, time_limit: float = 60.0) -> list[str]:
+    """Writes every plan (digits x bits x K) that the residue encodings in ``out/residue`` allow."""
+    encodings = cheapest_residues(out / "residue", digits)
+    costs = {m: enc.products for m, enc in encodings.items()}
+    written = []
+    (out / "plan").mkdir(parents=True, exist_ok=True)
+    for input_bits in bits:
+        for k_max in ks:
+            chosen = choose_moduli(costs, input_bits, k_max, time_limit=time_limit)
+            name = plan_name(digits, input_bits, k_max)
+            if not chosen.moduli:
+                report(f"{name}: no plan ({chosen.status}): the residue encodings cannot reach the capacity")
+                continue
+            dump_json(plan_dict(name, digits, input_bits, k_max, chosen, encodings), out / "plan" / f"{name}.json")
+            report(f"{name}: {chosen.cost} products over {len(chosen.moduli)} moduli ({chosen.status})")
+            written.append(name)
+    return written
+
+
+def regenerate(out: str | Path, digits=("int8", "fp8", "fp4"), moduli=range(2, 257), *, jobs: int = 2,
+               residue_time_limit: float = 120.0, weight_bounds: dict | None = None, products: bool = False,
+               product_time_limit: float = 600.0, report=print) -> None:
+    """Rebuilds the catalog under ``out``: residue/, plan/ and product/ (see module doc)."""
+    out = Path(out)
+    (out / "residue").mkdir(parents=True, exist_ok=True)
+    tasks = [(m, d, (weight_bounds or {}).get(d), residue_time_limit) for d in digits for m in moduli]
+    with multiprocessing.get_context("spawn").Pool(jobs) as pool:
+        for modulus, d, found in pool.imap_unordered(_residue_task, tasks):
+            if found is None:
+                report(f"res{modulus}-{d}: none found within the searched families")
+                continue
+            dump_json(found, out / "residue" / f"{found['name']}.json")
+            report(f"{found['name']}: {found['search']['status']}, {found['search']['wall_s']}s")
+    for d in digits:
+        write_plans(out, d, report=report)
+    if products:
+        (out / "product").mkdir(parents=True, exist_ok=True)
+        for a, b, cap, coef_b in (("int8", "int4", 4, 2), ("int8", "int8", 6, 1)):
+            result = find_product(a, b, "fp4", cap, coefficient_bound_b=coef_b, time_limit=product_time_limit,
+                                  workers=jobs, progress=report)
+            if result.candidate is None:
+                report(f"{a}x{b}-fp4: none found ({result.status})")
+                continue
+            name = f"{a}x{b}-fp4-{result.candidate.products}"
+            found = encoding_dict(result, name, search_record(result, "model"))
+            dump_json(found, out / "product" / f"{name}.json")
+            report(f"{name}: {result.status}")
+
+
+def _encodings_near(path: Path) -> dict:
+    """name -> Encoding for every encoding file in the catalog a plan file sits in
+    (``<root>/plan/x.json`` -> everything under ``<root>``)."""
+    found = {}
+    for candidate in sorted(path.resolve().parent.parent.rglob("*.json")):
+        if json.loads(candidate.read_text(encoding="utf-8")).get("format") == "ozaki-encoding/1":
+            enc = load_encoding(candidate)
+            found[enc.name] = enc
+    return found
+
+
+def verify(paths) -> list[str]:
+    """Loads every file through ozaki.formats (exhaustive re-verification; a plan is
+    checked against the encodings of its own catalog); one line per file.  Raises
+    ``ValueError`` naming the file and the first failing case."""
+    lines = []
+    for path in map(Path, paths):
+        try:
+            kind = json.loads(path.read_text(encoding="utf-8")).get("format")
+        except (OSError, json.JSONDecodeError) as err:
+            raise ValueError(f"{path}: cannot read as JSON: {err}") from None
+        if kind == "ozaki-plan/1":
+            plan = load_plan(path, _encodings_near(path))
+            lines.append(f"{path}: ok (plan {plan.name}, {plan.products} products, capacity 2^{plan.capacity_bits:.2f})")
+        else:
+            enc = load_encoding(path)
+            lines.append(f"{path}: ok (encoding {enc.name}, {enc.products} products, every input pair checked)")
+    return lines

@@ -1,0 +1,224 @@
+"""The search engine finds small encodings from scratch, proves what it claims, and
+every result it returns passes ozaki.formats' exhaustive verification."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from search.catalog import find_product, find_residue, residue_dict
+from search.engine import search
+from search.identity import identity_text
+from search.lattice import echelon, members
+from search.plan import capacity_needed, choose_moduli
+from search.results import encoding_dict, search_record
+from search.sides import choose_limbs, limb_vectors, menu, peaks
+from search.spec import Family, Spec, default_family, minimal_limbs
+
+# ------------------------------------------------------------------ residue encodings
+
+
+@pytest.mark.parametrize(
+    "modulus, digits, products",
+    [
+        (2, "int8", 1),
+        (256, "int8", 1),
+        (13, "fp4", 1),  # the fp4 digit set holds every residue mod 13
+        (14, "fp4", 2),  # two limbs, two planes: one fewer than the difference-plane family
+        (89, "fp4", 3),
+        (169, "fp4", 3),
+        (157, "fp4", 4),
+        (16, "fp8", 1),
+    ],
+)
+def test_residue_found_from_scratch_with_fewest_products(modulus, digits, products):
+    result, ladder = find_residue(modulus, digits, workers=1, time_limit=60)
+    assert result.status == "optimal"
+    assert result.candidate.products == products
+    assert ladder[-1]["status"] == "optimal"
+    # encoding_dict re-verifies every input pair through ozaki.formats.
+    d = encoding_dict(result, f"res{modulus}-{digits}-{products}", search_record(result, "enumerate"))
+    assert d["products"] == products and d["modulus"] == modulus
+    assert d["search"]["certificate"]["proven"] is True
+    limit = 2**24 if digits.startswith("fp") else 2**31 - 1
+    assert d["k_window"] == limit // d["max_plane_product"]
+
+
+def test_residue_infeasible_is_proven():
+    # |S|^2 = 225 < 256 digit pairs: two fp4 limbs cannot reach all 256 residues.
+    spec = Spec.residue(256, "fp4")
+    result = search(spec, default_family(spec, 4, limbs_a=2, limbs_b=2), workers=1, join="enumerate")
+    assert result.status == "infeasible"
+    assert result.candidate is None
+    assert result.products_lower_bound == 5
+    assert residue_dict(256, "fp4", time_limit=30) is None
+
+
+# ------------------------------------------------------------------ product encodings
+
+
+@pytest.mark.parametrize(
+    "a, b, cap, join, products",
+    [
+        ("int4", "int4", 4, "enumerate", 3),
+        ("int4", "int4", 4, "model", 3),
+        ("-20:20", "int4", 4, "enumerate", 3),
+        ("int4", "-3:3", 2, "enumerate", 2),
+    ],
+)
+def test_small_products_found_and_verified(a, b, cap, join, products):
+    result = find_product(a, b, "fp4", cap, join=join, workers=1, time_limit=60)
+    assert result.status == "optimal"
+    assert result.candidate.products == products
+    d = encoding_dict(result, f"t-{products}", search_record(result, join))
+    lo, hi = (-8, 7) if a == "int4" else tuple(map(int, a.split(":")))
+    assert (d["a"]["min"], d["a"]["max"]) == (lo, hi)
+
+
+def test_product_one_fewer_is_refuted():
+    result = find_product("int4", "int4", "fp4", 2, join="enumerate", workers=1, time_limit=60)
+    assert result.status == "infeasible"
+    assert result.products_lower_bound == 3
+
+
+def test_digit_set_that_cannot_cover_is_infeasible():
+    # One int4 limb cannot store 20; the engine proves it rather than guessing.
+    spec = Spec("int4", -20, 20, -1, 1)
+    result = search(spec, default_family(spec, 1, limbs_a=1, limbs_b=1), workers=1)
+    assert result.status == "infeasible"
+
+
+# ---------------------------------------------------------------------- validation
+
+
+@pytest.mark.parametrize(
+    "make, error, match",
+    [
+        (lambda: Spec("fp5", 0, 1, 0, 1), ValueError, "unknown digit set 'fp5'"),
+        (lambda: Spec("fp4", 3, 1, 0, 1), ValueError, "bad range for a"),
+        (lambda: Spec("fp4", 0, 1.5, 0, 1), TypeError, "a_max must be an integer"),
+        (lambda: Spec("fp4", 0, 5, 0, 9, 7), ValueError, "range of a spans 6 integers, fewer than the modulus 7"),
+        (lambda: Spec.residue(1, "fp4"), ValueError, "modulus must be at least 2"),
+        (lambda: Family(0, 1, 1, 1, 1, 1, 1, 1), ValueError, "products must be at least 1"),
+        (lambda: search(Spec.residue(5, "fp4"), Family(1, 1, 1, 1, 1, 2, 2, 5), join="sat"), ValueError, "join must be"),
+    ],
+)
+def test_bad_requests_raise_clear_errors(make, error, match):
+    with pytest.raises(error, match=match):
+        make()
+
+
+def test_minimal_limbs_counts_digit_vectors():
+    assert minimal_limbs(13, "fp4") == 1
+    assert minimal_limbs(16, "fp4") == 2
+    assert minimal_limbs(256, "fp4") == 3
+    assert minimal_limbs(256, "int8") == 1
+
+
+# ------------------------------------------------------------------- building blocks
+
+
+def test_menu_holds_one_row_per_sign_pair():
+    rows = menu(2, 1)
+    assert len(rows) == (3**2 - 1) // 2
+    assert all(tuple(-c for c in r) not in rows for r in rows)
+
+
+def test_limb_vectors_keep_every_plane_in_the_digit_set():
+    rows = [(1, 0), (0, 1), (1, -1)]
+    s = Spec.residue(89, "fp4").digit_values
+    d = limb_vectors(rows, s)
+    brute = {(x, y) for x in s for y in s if x - y in s}
+    assert {tuple(map(int, v)) for v in d} == brute
+
+
+def test_identity_text_rejects_a_broken_identity():
+    ok = identity_text((1, 2), (1,), [((1, 0), (1,), 1), ((0, 1), (1,), 2)], None)
+    assert "==" in ok
+    with pytest.raises(ValueError, match="coefficient of d1\\*e0 is 1, want 0"):
+        identity_text((1, 2), (1,), [((1, 0), (1,), 1), ((0, 1), (1,), 3)], None)
+    # Modulo 5, a coefficient off by 5 is fine.
+    identity_text((1, 2), (1,), [((1, 0), (1,), 1), ((0, 1), (1,), 7)], 5)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    gens=st.lists(st.lists(st.integers(-3, 3), min_size=3, max_size=3), min_size=1, max_size=3),
+    modulus=st.sampled_from([None, 4, 5, 6]),
+    coeffs=st.lists(st.integers(-4, 4), min_size=3, max_size=3),
+    noise=st.lists(st.integers(-2, 2), min_size=3, max_size=3),
+)
+def test_lattice_membership_matches_brute_force(gens, modulus, coeffs, noise):
+    if not any(any(g) for g in gens) and modulus is None:
+        gens = gens + [[1, 0, 0]]
+    inside = [sum(c * g[k] for c, g in zip(coeffs, gens)) for k in range(3)]
+    outside = [x + n for x, n in zip(inside, noise)]
+    basis = echelon(gens, modulus)
+    got = members(basis, np.array([inside, outside]))
+    assert got[0]
+
+    def brute(w):
+        box = range(-12, 13) if modulus is None else range(modulus)
+        for lam in itertools.product(box, repeat=len(gens)):
+            diff = [w[k] - sum(c * g[k] for c, g in zip(lam, gens)) for k in range(3)]
+            if all((x == 0) if modulus is None else (x % modulus == 0) for x in diff):
+                return True
+        return False
+
+    if modulus is not None:
+        assert got[1] == brute(outside)
+    elif got[1]:
+        assert brute(outside)
+
+
+# --------------------------------------------------------------------------- plans
+
+
+def _brute_plan(costs, need, most=5):
+    best = None
+    for r in range(1, most + 1):
+        for combo in itertools.combinations(sorted(costs), r):
+            if math.prod(combo) > need and all(math.gcd(x, y) == 1 for x, y in itertools.combinations(combo, 2)):
+                c = sum(costs[m] for m in combo)
+                best = c if best is None else min(best, c)
+    return best
+
+
+@pytest.mark.parametrize("bits, k", [(2, 1), (3, 4), (4, 16), (5, 8)])
+def test_plan_model_is_optimal_on_small_cases(bits, k):
+    # Costs rise with the modulus and multiples of 5 are missing, so the choice is not trivial.
+    costs = {m: 1 + (m > 13) + 2 * (m > 19) for m in range(2, 25) if m % 5}
+    chosen = choose_moduli(costs, bits, k, workers=1)
+    need = capacity_needed(bits, k)
+    assert chosen.status == "optimal"
+    assert math.prod(chosen.moduli) > need
+    assert all(math.gcd(x, y) == 1 for x, y in itertools.combinations(chosen.moduli, 2))
+    assert chosen.cost == chosen.lower_bound == _brute_plan(costs, need)
+
+
+def test_plan_reports_unreachable_capacity():
+    chosen = choose_moduli({7: 1, 8: 1, 9: 1}, 10, 16, workers=1)
+    assert chosen.status == "infeasible" and chosen.moduli == []
+    with pytest.raises(ValueError, match="input_bits must be a positive integer"):
+        capacity_needed(0, 16)
+    with pytest.raises(ValueError, match="no residue encodings"):
+        choose_moduli({}, 53, 16384)
+
+
+@pytest.mark.parametrize("modulus, rows", [(89, [(1, 0), (0, 1), (1, -1)]), (157, [(1, 0), (0, 1)])])
+def test_peaks_match_the_limbs_choose_limbs_picks(modulus, rows):
+    spec = Spec.residue(modulus, "fp4")
+    weights = np.array([[1, n] for n in range(2, 30)], dtype=np.int64)
+    got = peaks(spec, "a", rows, weights)
+    for w, peak in zip(weights, got):
+        try:
+            limbs = choose_limbs(spec, "a", tuple(w), rows)
+        except ValueError:
+            continue  # these weights do not cover; their peak is meaningless
+        want = max(abs(sum(c * x for c, x in zip(r, d))) for d in limbs.values() for r in rows)
+        assert peak == want

@@ -20,7 +20,7 @@ from .crt import garner, round_to_float64
 from .formats import Encoding
 from .products import direct_products, plane_products
 from .residues import reference_moduli, residues
-from .scaling import exact_bits, fixed_bits, fp64_bits, scale_rows
+from .scaling import exact_bits, fixed_bits, fp64_bits, row_shifts, scale_rows
 
 __all__ = ["ENGINES", "Moduli", "choose_moduli", "emulated_matmul", "row_bits", "stage_times"]
 
@@ -85,10 +85,9 @@ def emulated_matmul(a: torch.Tensor, b: torch.Tensor, *, accuracy: Accuracy = "f
 
     with _stage("encode", device):
         # 1. Scale: A' = round(diag(2^s) A), B' = round(B diag(2^t)), |A'| ≤ 2^p, |B'| ≤ 2^q.
-        sa = scale_rows(a, row_bits(a, accuracy))
-        sb = scale_rows(bt, row_bits(bt, accuracy))
-        p = int(sa.bits.max()) if sa.bits.numel() else 0
-        q = int(sb.bits.max()) if sb.bits.numel() else 0
+        bits_a, bits_b = row_bits(a, accuracy), row_bits(bt, accuracy)
+        p = int(bits_a.max()) if bits_a.numel() else 0
+        q = int(bits_b.max()) if bits_b.numel() else 0
 
         # |A'B'| ≤ K·2^p·2^q; the CRT recovers it exactly when ∏m > 2·K·2^p·2^q, and one more
         # bit of capacity lets the decode read the sign from a float64 estimate (crt.signed_limbs).
@@ -99,8 +98,11 @@ def emulated_matmul(a: torch.Tensor, b: torch.Tensor, *, accuracy: Accuracy = "f
         #    float64 input straight to each modulus' digit planes, one pass per operand.
         fused = plan.encodings is not None and _kernels_available(device)
         if fused:
-            planes_a, planes_b = _encode_planes(a, bt, sa.bits, sb.bits, plan.encodings)
+            shift_a, shift_b = row_shifts(a, bits_a), row_shifts(bt, bits_b)
+            planes_a, planes_b = _encode_planes(a, bt, bits_a, bits_b, plan.encodings)
         else:
+            sa, sb = scale_rows(a, bits_a), scale_rows(bt, bits_b)
+            shift_a, shift_b = sa.shift, sb.shift
             ra = residues(sa, plan.moduli)
             rb = residues(sb, plan.moduli).transpose(-1, -2)
 
@@ -118,8 +120,8 @@ def emulated_matmul(a: torch.Tensor, b: torch.Tensor, *, accuracy: Accuracy = "f
         if fused:
             from kernels.decode import decode_residues  # noqa: PLC0415
 
-            return decode_residues(c, plan.moduli, -sa.shift, -sb.shift)
-        exponent = -(sa.shift[..., :, None] + sb.shift[..., None, :])
+            return decode_residues(c, plan.moduli, -shift_a, -shift_b)
+        exponent = -(shift_a[..., :, None] + shift_b[..., None, :])
         return round_to_float64(garner(c, plan.moduli), plan.moduli, exponent)
 
 

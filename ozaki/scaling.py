@@ -26,6 +26,7 @@ __all__ = [
     "exact_bits",
     "fixed_bits",
     "fp64_bits",
+    "row_shifts",
     "scale_rows",
 ]
 
@@ -149,16 +150,21 @@ def fixed_bits(x: torch.Tensor, bits: int) -> torch.Tensor:
     return torch.minimum(exact_bits(x), torch.tensor(bits, dtype=torch.int64, device=x.device))
 
 
-def scale_rows(x: torch.Tensor, bits: torch.Tensor) -> Scaled:
-    """Round each row of ``x`` (float64, finite, shape (..., M, K)) to ``bits`` (shape (..., M)) bits."""
+def row_shifts(x: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:
+    """s_i = p_i − top_i per row (0 for a zero row): every |x_ik · 2^s_i| < 2^p_i."""
     if x.dtype != torch.float64:
-        raise TypeError(f"scale_rows needs float64 input, got {x.dtype}")
+        raise TypeError(f"scaling needs float64 input, got {x.dtype}")
     if bits.shape != x.shape[:-1]:
         raise ValueError(f"bits has shape {tuple(bits.shape)}, expected one entry per row {tuple(x.shape[:-1])}")
     if bits.numel() and int(bits.min()) < 0:
         raise ValueError("bits per row must be non-negative")
     top, has_nonzero = _top(x)
-    shift = torch.where(has_nonzero, bits - top, 0)
+    return torch.where(has_nonzero, bits - top, 0)
+
+
+def scale_rows(x: torch.Tensor, bits: torch.Tensor) -> Scaled:
+    """Round each row of ``x`` (float64, finite, shape (..., M, K)) to ``bits`` (shape (..., M)) bits."""
+    shift = row_shifts(x, bits)
     rows = x.reshape(-1, x.shape[-1])
     row_shift, row_bits = shift.reshape(-1, 1), bits.reshape(-1)
     mantissa = torch.empty(rows.shape, dtype=torch.int64, device=x.device)
@@ -170,7 +176,7 @@ def scale_rows(x: torch.Tensor, bits: torch.Tensor) -> Scaled:
         mantissa=mantissa.reshape(x.shape),
         exponent=exponent.reshape(x.shape),
         shift=shift,
-        bits=torch.where(has_nonzero, bits, 0),
+        bits=bits,
     )
 
 

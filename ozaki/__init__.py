@@ -7,9 +7,28 @@ See :func:`matmul` for the accuracy contract and :func:`emulate` to route existi
 float64 code through the emulation.
 """
 
-from .emulate import emulate
-from .formats import Encoding, Plan, load_encoding, load_plan
-from .frontend import matmul
+from importlib import import_module
 
 __all__ = ["Encoding", "Plan", "emulate", "load_encoding", "load_plan", "matmul"]
 __version__ = "0.1.0"
+
+# Loaded on first use: the file formats and digit sets (what the search engine needs) stay
+# free of torch's import time.
+_HOMES = {
+    "Encoding": "formats",
+    "Plan": "formats",
+    "load_encoding": "formats",
+    "load_plan": "formats",
+    "emulate": "emulation",
+    "matmul": "frontend",
+}
+
+
+def __getattr__(name: str):
+    if name in _HOMES:
+        return getattr(import_module(f".{_HOMES[name]}", __name__), name)
+    raise AttributeError(f"module 'ozaki' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted([*globals(), *__all__])

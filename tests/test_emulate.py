@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis.extra.numpy import mutually_broadcastable_shapes
 
 import ozaki
-from ozaki.emulate import emulate
+from ozaki import emulate
 
 # Few enough bits that an emulated product visibly differs from torch's own, so a test can tell a routed call
 # from one that reached torch.

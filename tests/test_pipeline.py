@@ -12,9 +12,10 @@ import torch
 
 import ozaki
 import ozaki.catalog
-from ozaki import pipeline
-from ozaki.crt import garner, round_to_float64
-from ozaki.products import direct_products
+from exact_reference import round_dyadic as _correctly_rounded
+from ozaki import _bits, pipeline
+from ozaki.crt import garner, round_to_float64, signed_limbs
+from ozaki.products import _PRODUCT_LIMIT, _reduce_product, direct_products
 from ozaki.residues import reference_moduli, residues
 from ozaki.scaling import exact_bits, fixed_bits, fp64_bits, scale_rows
 
@@ -115,19 +116,6 @@ def test_exact_bits_are_lossless():
 
 # The stages' float64 arithmetic and blocking (issue 2 item 8) -----------------------------
 
-from ozaki import _bits  # noqa: E402
-from ozaki.crt import signed_limbs  # noqa: E402
-from ozaki.products import _PRODUCT_LIMIT, _reduce_product  # noqa: E402
-
-
-def _correctly_rounded(value: int, exponent: int) -> float:
-    """value·2^exponent rounded once to float64 by CPython's int/int true division."""
-    if value == 0:
-        return 0.0
-    try:
-        return float(value << exponent) if exponent >= 0 else value / (1 << -exponent)
-    except OverflowError:
-        return math.copysign(math.inf, value)
 
 
 def _rounding_cases(rng, count: int) -> tuple[list[int], list[int]]:

@@ -27,7 +27,7 @@ from ozaki.crt import garner, round_to_float64
 from ozaki.digits import digit_set
 from ozaki.formats import encoding_from_dict
 from ozaki.residues import residues
-from ozaki.scaling import fp64_bits, scale_rows
+from ozaki.scaling import exact_bits, scale_rows
 
 OUT = os.environ.get("OUT", "gpu_kernels_out")
 os.makedirs(OUT, exist_ok=True)
@@ -126,7 +126,7 @@ def fused_stages(n: int) -> None:
     encodings = [int8_residue_encoding(m) for m in moduli]
     x = (torch.rand(n, n, dtype=torch.float64, device="cuda") - 0.5) * torch.exp(
         torch.randn(n, n, dtype=torch.float64, device="cuda"))
-    bits = fp64_bits(x)
+    bits = exact_bits(x)
 
     def staged_encode():
         r = residues(scale_rows(x, bits), moduli)

@@ -20,7 +20,7 @@ from .crt import garner, round_to_float64
 from .formats import Encoding
 from .products import direct_products, plane_products
 from .residues import reference_moduli, residues
-from .scaling import exact_bits, fixed_bits, fp64_bits, row_shifts, scale_rows
+from .scaling import exact_bits, fixed_bits, row_shifts, scale_rows
 
 __all__ = ["ENGINES", "Moduli", "choose_moduli", "emulated_matmul", "row_bits", "stage_times"]
 
@@ -42,9 +42,8 @@ class Moduli:
 
 def row_bits(x: torch.Tensor, accuracy: Accuracy) -> torch.Tensor:
     """Bits kept per row of x for the requested accuracy (see :mod:`ozaki.scaling`)."""
-    if accuracy == "fp64":
-        return fp64_bits(x)
-    if accuracy == "exact":
+    if accuracy in ("fp64", "exact"):
+        # The fp64 target needs each row's lossless width (see scaling.exact_bits).
         return exact_bits(x)
     return fixed_bits(x, accuracy)
 

@@ -21,18 +21,12 @@ import torch
 from ._bits import blocks, ldexp, pow2, round_
 
 __all__ = [
-    "GUARD_BITS",
     "Scaled",
     "exact_bits",
     "fixed_bits",
-    "fp64_bits",
     "row_shifts",
     "scale_rows",
 ]
-
-# Extra bits beyond float64's 53 in "fp64" mode: each quantized entry then carries a
-# componentwise relative error of at most 2^-(53 + GUARD_BITS), see fp64_bits.
-GUARD_BITS = 2
 
 _MANTISSA_BITS = 53
 
@@ -87,21 +81,17 @@ def _top(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return _frexp_exponent(row_max).reshape(x.shape[:-1]), (row_max > 0).reshape(x.shape[:-1])
 
 
-def _row_extents(x: torch.Tensor, with_low_top: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per row: ``top``, ``low_top`` (the smallest frexp exponent of a non-zero entry; zeros
-    unless ``with_low_top``), ``lowest_bit`` (the weight of the lowest set bit of any entry)
-    and whether the row has a non-zero entry at all."""
+def _row_extents(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per row: ``top``, ``lowest_bit`` (the weight of the lowest set bit of any entry) and
+    whether the row has a non-zero entry at all."""
     rows = _rows(x)
     count = rows.shape[0]
-    row_max, low_bits, lowest = (torch.zeros(count, dtype=torch.int64, device=x.device) for _ in range(3))
+    row_max, lowest = (torch.zeros(count, dtype=torch.int64, device=x.device) for _ in range(2))
     big = torch.iinfo(torch.int64).max
     for block in blocks(count, rows.shape[1], x.device):
         magnitude = rows[block] & _SIGN_MASK
         row_max[block] = magnitude.amax(dim=-1)
         zero = magnitude == 0
-        if with_low_top:
-            # The smallest non-zero |x|: zeros wrap to the largest pattern.
-            low_bits[block] = ((magnitude - 1) & _SIGN_MASK).amin(dim=-1) + 1
         # The lowest set bit of the significand (2^52 | fraction) is 2^t; converted to
         # float64 its exponent field is 1023 + t, and the bit weighs 2^(t + max(E, 1) − 1075).
         significand = magnitude | _HIDDEN_BIT
@@ -109,36 +99,21 @@ def _row_extents(x: torch.Tensor, with_low_top: bool) -> tuple[torch.Tensor, tor
         weight = lowest_set.add_((magnitude >> _FRACTION_BITS).clamp_(min=1)).masked_fill_(zero, big)
         lowest[block] = weight.amin(dim=-1)
     shape = x.shape[:-1]
-    has_nonzero = (row_max > 0).reshape(shape)
-    low_top = _frexp_exponent(low_bits).reshape(shape) if with_low_top else low_bits.reshape(shape)
     lowest_bit = (lowest - _EXPONENT_BIAS - _ULP_BIAS).reshape(shape)
-    return _frexp_exponent(row_max).reshape(shape), low_top, lowest_bit, has_nonzero
+    return _frexp_exponent(row_max).reshape(shape), lowest_bit, (row_max > 0).reshape(shape)
 
 
 def exact_bits(x: torch.Tensor) -> torch.Tensor:
     """Bits per row that make the scaling lossless: the span from the row's highest bit
-    to its lowest set bit (0 for an all-zero row)."""
-    top, _, lowest_bit, has_nonzero = _row_extents(x, with_low_top=False)
-    return torch.where(has_nonzero, top - lowest_bit, 0)
+    to its lowest set bit (0 for an all-zero row).
 
-
-def fp64_bits(x: torch.Tensor, guard: int = GUARD_BITS) -> torch.Tensor:
-    """Bits per row for ``accuracy="fp64"``.
-
-    With p = 53 + guard + (top − low_top) bits, the rounding error of an entry with
-    |x| ≥ 2^(low_top − 1) is at most 2^(top − p − 1) ≤ 2^-(53 + guard) · |x|: every entry,
-    the smallest included, keeps a componentwise relative error of 2^-(53 + guard).  Hence
-    |Ĉ − C| ≤ 2^(1 − 53 − guard)·(|A||B|) + u·|C|, inside DGEMM's own bound u|C| + K·u·(|A||B|).
-    A row needs no more than its lossless width, so wide rows with short mantissas stay
-    exact; the price of a wide exponent spread is paid in bits, never in accuracy.
+    This is also what ``accuracy="fp64"`` takes: its target, a componentwise relative error
+    of 2^-55 on every scaled entry, needs 55 + (top − low_top) bits for a row whose entries
+    span top … low_top, and an entry's lowest set bit lies at most 53 places under its own
+    exponent, so the lossless width is never wider than that target's.
     """
-    if guard >= 0:
-        # An entry's lowest set bit lies at most 53 places under its own frexp exponent, so
-        # top − lowest_bit ≤ 53 + (top − low_top) ≤ spread_bits: the lossless width wins.
-        return exact_bits(x)
-    top, low_top, lowest_bit, has_nonzero = _row_extents(x, with_low_top=True)
-    spread_bits = _MANTISSA_BITS + guard + (top - low_top)
-    return torch.where(has_nonzero, torch.minimum(spread_bits, top - lowest_bit), 0)
+    top, lowest_bit, has_nonzero = _row_extents(x)
+    return torch.where(has_nonzero, top - lowest_bit, 0)
 
 
 def fixed_bits(x: torch.Tensor, bits: int) -> torch.Tensor:

@@ -16,7 +16,7 @@ from ozaki import products
 from ozaki.digits import digit_set
 from ozaki.formats import encoding_from_dict
 from ozaki.residues import residues
-from ozaki.scaling import exact_bits, fixed_bits, fp64_bits, scale_rows
+from ozaki.scaling import exact_bits, fixed_bits, scale_rows
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -75,7 +75,7 @@ def rows(rng: np.random.Generator, shape, kind: str) -> torch.Tensor:
     return torch.tensor(x, dtype=torch.float64, device=DEVICE)
 
 
-BITS = {"fp64": fp64_bits, "exact": exact_bits, "fixed7": lambda x: fixed_bits(x, 7),
+BITS = {"exact": exact_bits, "fixed7": lambda x: fixed_bits(x, 7),
         "fixed60": lambda x: fixed_bits(x, 60)}
 
 

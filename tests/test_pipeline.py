@@ -17,7 +17,7 @@ from ozaki import _bits, pipeline
 from ozaki.crt import garner, round_to_float64, signed_limbs
 from ozaki.products import _PRODUCT_LIMIT, _reduce_product, direct_products
 from ozaki.residues import reference_moduli, residues
-from ozaki.scaling import exact_bits, fixed_bits, fp64_bits, scale_rows
+from ozaki.scaling import exact_bits, fixed_bits, scale_rows
 
 
 def _spread(rng, shape, phi):
@@ -26,7 +26,7 @@ def _spread(rng, shape, phi):
 
 def _with_moduli(a: torch.Tensor, b: torch.Tensor, moduli) -> torch.Tensor:
     bt = b.T
-    sa, sb = scale_rows(a, fp64_bits(a)), scale_rows(bt, fp64_bits(bt))
+    sa, sb = scale_rows(a, exact_bits(a)), scale_rows(bt, exact_bits(bt))
     c = direct_products(residues(sa, moduli), residues(sb, moduli).transpose(-1, -2), moduli)
     return round_to_float64(garner(c, moduli), moduli, -(sa.shift[:, None] + sb.shift[None, :]))
 
@@ -35,7 +35,7 @@ def _with_moduli(a: torch.Tensor, b: torch.Tensor, moduli) -> torch.Tensor:
 def test_bits_do_not_depend_on_the_moduli(phi):
     rng = np.random.default_rng(7)
     a, b = torch.from_numpy(_spread(rng, (9, 40), phi)), torch.from_numpy(_spread(rng, (40, 6), phi))
-    p, q = int(fp64_bits(a).max()), int(fp64_bits(b.T).max())
+    p, q = int(exact_bits(a).max()), int(exact_bits(b.T).max())
     need = 2 * 40 << (p + q)
     large = reference_moduli(40, need)
     small = reference_moduli(2**16, need)  # long K forces smaller primes, so more of them
@@ -92,7 +92,7 @@ def test_threads_agree():
         assert np.array_equal(result.view(np.uint64), serial[i % 4].view(np.uint64))
 
 
-@pytest.mark.parametrize("bits_for", [exact_bits, fp64_bits, lambda x: fixed_bits(x, 20)])
+@pytest.mark.parametrize("bits_for", [exact_bits, lambda x: fixed_bits(x, 20)])
 def test_scaled_integers_respect_their_bits(bits_for):
     rng = np.random.default_rng(5)
     x = torch.from_numpy(_spread(rng, (12, 30), 3.0))
@@ -236,9 +236,8 @@ def test_signed_limbs_spell_the_signed_value():
     assert negative.tolist() == [v < 0 for v in values]
 
 
-@pytest.mark.parametrize("guard", [-60, -20, 0, 2])
-def test_fp64_bits_follow_their_formula(guard):
-    """min(53 + guard + top − low_top, top − lowest_bit) per row, from Python's own frexp."""
+def test_exact_bits_follow_their_formula():
+    """top − lowest_bit per row, from Python's own frexp and integer ratios."""
     rng = np.random.default_rng(8)
     x = _spread(rng, (10, 30), 3.0)
     x[2] = 0.0
@@ -252,11 +251,10 @@ def test_fp64_bits_follow_their_formula(guard):
             want.append(0)
             continue
         top = math.frexp(max(map(abs, nonzero)))[1]
-        low_top = math.frexp(min(map(abs, nonzero)))[1]
         lowest = min(1 - v.as_integer_ratio()[1].bit_length() if v != int(v) else
                      (int(abs(v)) & -int(abs(v))).bit_length() - 1 for v in nonzero)
-        want.append(min(53 + guard + top - low_top, top - lowest))
-    assert fp64_bits(torch.from_numpy(x), guard).tolist() == want
+        want.append(top - lowest)
+    assert exact_bits(torch.from_numpy(x)).tolist() == want
 
 
 @pytest.mark.parametrize("digits", ["int8", "fp4"])

@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import pytest
+import sympy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -146,6 +147,19 @@ def test_identity_text_rejects_a_broken_identity():
     identity_text((1, 2), (1,), [((1, 0), (1,), 1), ((0, 1), (1,), 7)], 5)
 
 
+def _gcd_of_maximal_minors(rows):
+    """(rank, gcd of the rank x rank minors) of an integer matrix: for lattices L <= L' of
+    one rank, [L' : L] = d(L) / d(L'), so w is in L exactly when adding it keeps d."""
+    m = sympy.Matrix(rows)
+    r = m.rank()
+    minors = [
+        m.extract(list(ri), list(ci)).det()
+        for ri in itertools.combinations(range(m.rows), r)
+        for ci in itertools.combinations(range(m.cols), r)
+    ]
+    return r, math.gcd(*(int(x) for x in minors))
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     gens=st.lists(st.lists(st.integers(-3, 3), min_size=3, max_size=3), min_size=1, max_size=3),
@@ -153,7 +167,7 @@ def test_identity_text_rejects_a_broken_identity():
     coeffs=st.lists(st.integers(-4, 4), min_size=3, max_size=3),
     noise=st.lists(st.integers(-2, 2), min_size=3, max_size=3),
 )
-def test_lattice_membership_matches_brute_force(gens, modulus, coeffs, noise):
+def test_lattice_membership_matches_an_independent_criterion(gens, modulus, coeffs, noise):
     if not any(any(g) for g in gens) and modulus is None:
         gens = gens + [[1, 0, 0]]
     inside = [sum(c * g[k] for c, g in zip(coeffs, gens)) for k in range(3)]
@@ -162,18 +176,22 @@ def test_lattice_membership_matches_brute_force(gens, modulus, coeffs, noise):
     got = members(basis, np.array([inside, outside]))
     assert got[0]
 
-    def brute(w):
-        box = range(-12, 13) if modulus is None else range(modulus)
-        for lam in itertools.product(box, repeat=len(gens)):
-            diff = [w[k] - sum(c * g[k] for c, g in zip(lam, gens)) for k in range(3)]
-            if all((x == 0) if modulus is None else (x % modulus == 0) for x in diff):
-                return True
-        return False
+    if modulus is None:
+        # Coefficients of a member can be far outside any small box, so decide by minors.
+        expected = _gcd_of_maximal_minors(gens) == _gcd_of_maximal_minors(gens + [outside])
+    else:
+        box = range(modulus)
+        expected = any(
+            all((outside[k] - sum(c * g[k] for c, g in zip(lam, gens))) % modulus == 0 for k in range(3))
+            for lam in itertools.product(box, repeat=len(gens))
+        )
+    assert got[1] == expected
 
-    if modulus is not None:
-        assert got[1] == brute(outside)
-    elif got[1]:
-        assert brute(outside)
+
+def test_lattice_membership_with_coefficients_beyond_any_small_box():
+    # Unimodular generators span Z^3; (1, 0, 1) needs the coefficients (-15, 5, 2).
+    gens = [[0, 1, 0], [1, 3, -1], [-2, 0, 3]]
+    assert members(echelon(gens), np.array([[1, 0, 1]]))[0]
 
 
 # --------------------------------------------------------------------------- plans

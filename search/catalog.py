@@ -4,15 +4,18 @@ Residue encodings: for each digit set and modulus, the engine searches 1 limb, t
 limbs per side (plane rows with entries in [-1, 1]), fewest products first.  Plans: for
 each digit set, input width and K, the moduli model (search.plan) over the residue
 encodings just written.  Product encodings (only when asked: slow, see
-benchmarks/search.md): the specs INT8 x INT4 and INT8 x INT8 over fp4.  Nothing here
+benchmarks/search.md): the specs INT8 x INT4 and INT8 x INT8 over fp4, searched by
+search.products.  Nothing here
 names an answer; it names only what is asked.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import multiprocessing
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -21,18 +24,21 @@ from ozaki.formats import dump_json, load_encoding, load_plan
 
 from search.engine import Result, search
 from search.plan import choose_moduli
+from search.products import extra_rows, search_product
 from search.results import encoding_dict, plan_dict, search_record
-from search.spec import Spec, default_family
+from search.spec import Spec, default_family, minimal_limbs, product_family
 
 __all__ = [
     "DEFAULT_WEIGHT_BOUNDS",
     "PLAN_BITS",
+    "PRODUCT_COEFFICIENT_BOUNDS",
     "PLAN_K",
     "find_product",
     "find_residue",
     "cheapest_residues",
     "input_range",
     "plan_name",
+    "product_ladder",
     "regenerate",
     "residue_dict",
     "verify",
@@ -91,19 +97,62 @@ def residue_dict(modulus: int, digits: str, **kwargs) -> dict | None:
     return encoding_dict(result, name, search_record(result, "enumerate", {"ladder": ladder}))
 
 
+# Plane-row coefficient bounds the product ladder tries per side (see find_product).
+PRODUCT_COEFFICIENT_BOUNDS = (1, 2, 3, 4)
+
+
+def product_ladder(spec: Spec) -> list[tuple[int, int]]:
+    """(A, B) plane-row coefficient bounds in the order the product search tries them:
+    by the number of extra plane rows they allow (smaller menus first, their searches are
+    cheaper and their refutations stronger statements), ties by the bounds."""
+    digits = spec.digit_values
+    limbs = {s: minimal_limbs(spec.count(s), spec.digits) for s in "ab"}
+    size = {(s, c): len(extra_rows(limbs[s], c, digits)) for s in "ab" for c in PRODUCT_COEFFICIENT_BOUNDS}
+    pairs = itertools.product(PRODUCT_COEFFICIENT_BOUNDS, repeat=2)
+    return sorted(pairs, key=lambda p: (size["a", p[0]] + size["b", p[1]], p))
+
+
 def find_product(a: str, b: str, digits: str, max_products: int, *, limbs_a=None, limbs_b=None,
-                 coefficient_bound_a: int = 1, coefficient_bound_b: int = 1, weight_bound_a=None,
-                 weight_bound_b=None, join: str = "model", seed: int = 0, workers: int = 2,
-                 time_limit: float = 60.0, progress=None) -> Result:
-    """The exact encoding of a x b (input type names or 'lo:hi' ranges) with the fewest products."""
+                 coefficient_bound_a: int | None = None, coefficient_bound_b: int | None = None,
+                 weight_bound_a=None, weight_bound_b=None, join: str = "pairs", seed: int = 0, workers: int = 2,
+                 time_limit: float = 60.0, progress=None) -> tuple[Result, list]:
+    """(result, ladder): the exact encoding of a x b (input type names or 'lo:hi' ranges)
+    with the fewest products.
+
+    ``join`` = "pairs" (search.products, plane coordinates): without coefficient bounds,
+    the families of :func:`product_ladder` are searched in turn until one holds an
+    encoding; ``ladder`` records each family's outcome (a refuted family is a proof).
+    "model" / "enumerate" run search.engine on one limb-coordinate family (coefficient
+    bounds default to 1).  ``time_limit`` bounds the whole call."""
     (a_lo, a_hi), (b_lo, b_hi) = input_range(a), input_range(b)
     spec = Spec(digits, a_lo, a_hi, b_lo, b_hi)
-    family = default_family(spec, max_products, limbs_a=limbs_a, limbs_b=limbs_b,
-                            coefficient_bound_a=coefficient_bound_a, coefficient_bound_b=coefficient_bound_b)
-    overrides = {k: v for k, v in (("weight_bound_a", weight_bound_a), ("weight_bound_b", weight_bound_b)) if v}
-    if overrides:
-        family = dataclasses.replace(family, **overrides)
-    return search(spec, family, seed=seed, workers=workers, time_limit=time_limit, progress=progress, join=join)
+    weights = {k: v for k, v in (("weight_bound_a", weight_bound_a), ("weight_bound_b", weight_bound_b)) if v}
+    if join != "pairs":
+        family = default_family(spec, max_products, limbs_a=limbs_a, limbs_b=limbs_b,
+                                coefficient_bound_a=coefficient_bound_a or 1,
+                                coefficient_bound_b=coefficient_bound_b or 1)
+        family = dataclasses.replace(family, **weights)
+        result = search(spec, family, seed=seed, workers=workers, time_limit=time_limit, progress=progress, join=join)
+        return result, [{"family": family.describe(), "status": result.status}]
+    if coefficient_bound_a is not None or coefficient_bound_b is not None:
+        rungs = [(coefficient_bound_a or 1, coefficient_bound_b or 1)]
+    else:
+        rungs = product_ladder(spec)
+    started = time.monotonic()
+    deadline = started + time_limit
+    cache, ladder, result = {}, [], None
+    for ca, cb in rungs:
+        family = product_family(spec, max_products, limbs_a=limbs_a, limbs_b=limbs_b, coefficient_bound_a=ca,
+                                coefficient_bound_b=cb, **weights)
+        if progress:
+            progress(f"family: coefficient bounds A {ca}, B {cb}")
+        result = search_product(spec, family, seed=seed, workers=workers, time_limit=deadline - time.monotonic(),
+                                progress=progress, cache=cache)
+        ladder.append({"family": family.describe(), "status": result.status})
+        if result.candidate is not None or result.status == "unknown" or time.monotonic() >= deadline:
+            break
+    result.wall_s = time.monotonic() - started  # the whole ladder, not its last family
+    return result, ladder
 
 
 def plan_name(digits: str, input_bits: int, k_max: int) -> str:
@@ -170,14 +219,14 @@ def regenerate(out: str | Path, digits=("int8", "fp8", "fp4"), moduli=range(2, 2
         write_plans(out, d, report=report)
     if products:
         (out / "product").mkdir(parents=True, exist_ok=True)
-        for a, b, cap, coef_b in (("int8", "int4", 4, 2), ("int8", "int8", 6, 1)):
-            result = find_product(a, b, "fp4", cap, coefficient_bound_b=coef_b, time_limit=product_time_limit,
-                                  workers=jobs, progress=report)
+        for a, b, cap in (("int8", "int4", 4), ("int8", "int8", 6)):
+            result, ladder = find_product(a, b, "fp4", cap, time_limit=product_time_limit, workers=jobs,
+                                          progress=report)
             if result.candidate is None:
                 report(f"{a}x{b}-fp4: none found ({result.status})")
                 continue
             name = f"{a}x{b}-fp4-{result.candidate.products}"
-            found = encoding_dict(result, name, search_record(result, "model"))
+            found = encoding_dict(result, name, search_record(result, "pairs", {"ladder": ladder}))
             dump_json(found, out / "product" / f"{name}.json")
             report(f"{name}: {result.status}")
 

@@ -68,7 +68,7 @@ def _cmd_residue(args) -> int:
 
 
 def _cmd_product(args) -> int:
-    result = catalog.find_product(
+    result, ladder = catalog.find_product(
         args.a, args.b, args.digits, args.max_products, limbs_a=args.limbs_a, limbs_b=args.limbs_b,
         coefficient_bound_a=args.coefficient_bound_a, coefficient_bound_b=args.coefficient_bound_b,
         weight_bound_a=args.weight_bound_a, weight_bound_b=args.weight_bound_b, join=args.join, seed=args.seed,
@@ -76,10 +76,14 @@ def _cmd_product(args) -> int:
     )
     name = f"{args.a}x{args.b}-{args.digits}".replace(":", "_")
     print(_summary(result, name))
+    for rung in ladder[:-1]:
+        print(f"refuted family ({rung['status']}): {rung['family']}")
     print(f"family: {result.family.describe()}")
+    for note in result.notes:
+        print(f"proven for every encoding: {note}")
     if result.candidate is None:
         return 1
-    d = encoding_dict(result, f"{name}-{result.candidate.products}", search_record(result, args.join))
+    d = encoding_dict(result, f"{name}-{result.candidate.products}", search_record(result, args.join, {"ladder": ladder}))
     _write(d, args.out)
     return 0
 
@@ -173,11 +177,15 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--max-products", type=int, required=True)
     q.add_argument("--limbs-a", type=int)
     q.add_argument("--limbs-b", type=int)
-    q.add_argument("--coefficient-bound-a", type=int, default=1, help="plane row entries in [-c, c] (default 1)")
-    q.add_argument("--coefficient-bound-b", type=int, default=1)
+    q.add_argument("--coefficient-bound-a", type=int,
+                   help="plane row entries in [-c, c] (default: the ladder of search.catalog.product_ladder for "
+                        "--join pairs, 1 otherwise)")
+    q.add_argument("--coefficient-bound-b", type=int)
     q.add_argument("--weight-bound-a", type=int)
     q.add_argument("--weight-bound-b", type=int)
-    q.add_argument("--join", choices=("model", "enumerate"), default="model")
+    q.add_argument("--join", choices=("pairs", "model", "enumerate"), default="pairs",
+                   help="pairs: plane coordinates, joined per pair of row sets (default); model / enumerate: the "
+                        "limb-coordinate engine of search.engine (small cases)")
     common(q, 60)
     q.set_defaults(run=_cmd_product)
 

@@ -21,7 +21,7 @@ from search.identity import identity_text
 from search.model import build_model, solve
 from search.lattice import echelon, members
 from search.sides import SideCandidate, choose_limbs, peaks, side_candidates
-from search.spec import Family, Spec
+from search.spec import Family, ProductFamily, Spec
 
 __all__ = ["Candidate", "Result", "search"]
 
@@ -59,7 +59,7 @@ class Result:
     most ``family.products`` products in the family) or "unknown" (time ran out)."""
 
     spec: Spec
-    family: Family
+    family: Family | ProductFamily
     status: str
     candidate: Candidate | None
     products_lower_bound: int
@@ -68,6 +68,7 @@ class Result:
     workers: int
     time_limit: float
     identity: str | None = None
+    notes: tuple[str, ...] = ()  # proofs beyond the family (e.g. a lower bound for every encoding)
 
 
 def search(

@@ -35,6 +35,8 @@ def _certificate(result: Result) -> dict:
         claim = f"search stopped at the time limit; at least {result.products_lower_bound} products within the family"
         proven = False
     out = {"claim": claim, "proven": proven, "family": fam, "products_lower_bound": result.products_lower_bound}
+    if result.notes:
+        out["beyond_the_family"] = list(result.notes)
     if result.spec.modulus is not None:
         out["assumes"] = "some A weight is a unit mod m (no restriction when m is a prime power)"
     return out
@@ -43,7 +45,7 @@ def _certificate(result: Result) -> dict:
 def search_record(result: Result, join: str, extra: dict | None = None) -> dict:
     """The provenance block stored with a result (also reported by the CLI)."""
     return {
-        "engine": "ozaki-search (exhaustive covering sides + CP-SAT identity)",
+        "engine": "ozaki-search (exhaustive covering sides + identity by lattice / CP-SAT)",
         "join": join,
         "seed": result.seed,
         "workers": result.workers,

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 
 from ozaki.digits import DIGIT_SETS, digit_set
 
-__all__ = ["Family", "Spec", "default_family", "minimal_limbs"]
+__all__ = ["Family", "ProductFamily", "Spec", "default_family", "minimal_limbs", "product_family"]
 
 
 def _check_int(value, what: str, low: int) -> None:
@@ -118,6 +118,64 @@ class Family:
             f"with weights in [0, {self.weight_bound_b}] and plane rows in [-{self.coefficient_bound_b}, "
             f"{self.coefficient_bound_b}]; plane rows spanning the limbs; |coefficient| <= {self.lambda_bound}"
         )
+
+
+@dataclass(frozen=True)
+class ProductFamily:
+    """The space search.products searches for exact products, in plane coordinates: each
+    side's limbs are the values of n identity planes (digits), its other plane rows have
+    entries in [-coefficient_bound, coefficient_bound], its weights lie in
+    [-weight_bound, weight_bound]; reconstruction coefficients in [-lambda_bound,
+    lambda_bound].  Any encoding whose plane rows contain a unimodular basis has this
+    form after a change of limb coordinates (with its own bounds)."""
+
+    products: int
+    limbs_a: int
+    limbs_b: int
+    coefficient_bound_a: int
+    coefficient_bound_b: int
+    weight_bound_a: int
+    weight_bound_b: int
+    lambda_bound: int
+
+    def __post_init__(self) -> None:
+        for name, value in asdict(self).items():
+            _check_int(value, name, 1)
+        if max(self.limbs_a, self.limbs_b) > 3:
+            raise ValueError(f"the product search handles at most 3 limbs per side, got {self.limbs_a}, {self.limbs_b}")
+
+    def limbs(self, side: str) -> int:
+        return getattr(self, f"limbs_{side}")
+
+    def coefficient_bound(self, side: str) -> int:
+        return getattr(self, f"coefficient_bound_{side}")
+
+    def weight_bound(self, side: str) -> int:
+        return getattr(self, f"weight_bound_{side}")
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+    def describe(self) -> str:
+        return (
+            f"at most {self.products} products; {self.limbs_a} A-limbs and {self.limbs_b} B-limbs that are the values "
+            f"of identity planes (plane coordinates); other plane rows with entries in [-{self.coefficient_bound_a}, "
+            f"{self.coefficient_bound_a}] (A) and [-{self.coefficient_bound_b}, {self.coefficient_bound_b}] (B); "
+            f"weights in [-{self.weight_bound_a}, {self.weight_bound_a}] (A) and [-{self.weight_bound_b}, "
+            f"{self.weight_bound_b}] (B); |coefficient| <= {self.lambda_bound}"
+        )
+
+
+def product_family(spec: Spec, products: int, *, limbs_a: int | None = None, limbs_b: int | None = None,
+                   coefficient_bound_a: int = 1, coefficient_bound_b: int = 1, weight_bound_a: int | None = None,
+                   weight_bound_b: int | None = None) -> ProductFamily:
+    """Sized from the spec like :func:`default_family`: minimal limbs, weights up to half
+    the largest input magnitude, coefficients up to four times the weight bounds' product."""
+    base = default_family(spec, products, limbs_a=limbs_a, limbs_b=limbs_b)
+    wa = weight_bound_a if weight_bound_a is not None else base.weight_bound_a
+    wb = weight_bound_b if weight_bound_b is not None else base.weight_bound_b
+    return ProductFamily(products, base.limbs_a, base.limbs_b, coefficient_bound_a, coefficient_bound_b, wa, wb,
+                         4 * wa * wb)
 
 
 def minimal_limbs(count: int, digits: str) -> int:

@@ -16,7 +16,7 @@ import pytest
 import ozaki
 from ozaki import catalog
 from ozaki.digits import digit_set
-from ozaki.formats import dump_json, encoding_from_dict, plan_from_dict
+from ozaki.formats import dump_json, encoding_from_dict, load_encoding, plan_from_dict
 
 REPO_CATALOG = Path(ozaki.__file__).resolve().parent.parent / "encodings"
 
@@ -248,3 +248,15 @@ def test_repository_catalog_loads(monkeypatch):
     for digits in {p.digits for p in plans.values()}:
         for plan in catalog.plans_for(digits):
             assert all(encs[name].modulus == m for m, name in plan.moduli)
+
+
+@pytest.mark.skipif(not list((REPO_CATALOG / "product").glob("*.json")), reason="no product encodings yet")
+def test_repository_product_encodings_verify_exhaustively():
+    # load_encoding re-checks every input pair (256 x 16, 256 x 256) against a*b.
+    for path in sorted((REPO_CATALOG / "product").glob("*.json")):
+        enc = load_encoding(path)
+        assert enc.modulus is None
+        assert enc.products == len(enc.planes)
+        assert enc.extra["search"]["certificate"]["proven"] in (True, False)
+    names = {load_encoding(p).name for p in (REPO_CATALOG / "product").glob("*.json")}
+    assert "int8xint4-fp4-4" in names

@@ -12,14 +12,15 @@ import sympy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from search.catalog import find_product, find_residue, residue_dict
+from search.catalog import find_product, find_residue, product_ladder, residue_dict
 from search.engine import search
 from search.identity import identity_text
 from search.lattice import echelon, members
 from search.plan import capacity_needed, choose_moduli
+from search.products import extra_rows, lower_bound, nullspace, row_permutations, search_product, supports
 from search.results import encoding_dict, search_record
 from search.sides import choose_limbs, limb_vectors, menu, peaks
-from search.spec import Family, Spec, default_family, minimal_limbs
+from search.spec import Family, Spec, default_family, minimal_limbs, product_family
 
 # ------------------------------------------------------------------ residue encodings
 
@@ -68,13 +69,16 @@ def test_residue_infeasible_is_proven():
     [
         ("int4", "int4", 4, "enumerate", 3),
         ("int4", "int4", 4, "model", 3),
+        ("int4", "int4", 4, "pairs", 3),
         ("-20:20", "int4", 4, "enumerate", 3),
+        ("-20:20", "int4", 4, "pairs", 3),
         ("int4", "-3:3", 2, "enumerate", 2),
+        ("int4", "-3:3", 2, "pairs", 2),
     ],
 )
 def test_small_products_found_and_verified(a, b, cap, join, products):
-    result = find_product(a, b, "fp4", cap, join=join, workers=1, time_limit=60)
-    assert result.status == "optimal"
+    result, ladder = find_product(a, b, "fp4", cap, join=join, workers=1, time_limit=60)
+    assert result.status == "optimal" and ladder[-1]["status"] == "optimal"
     assert result.candidate.products == products
     d = encoding_dict(result, f"t-{products}", search_record(result, join))
     lo, hi = (-8, 7) if a == "int4" else tuple(map(int, a.split(":")))
@@ -82,9 +86,96 @@ def test_small_products_found_and_verified(a, b, cap, join, products):
 
 
 def test_product_one_fewer_is_refuted():
-    result = find_product("int4", "int4", "fp4", 2, join="enumerate", workers=1, time_limit=60)
+    result, _ = find_product("int4", "int4", "fp4", 2, join="enumerate", workers=1, time_limit=60)
     assert result.status == "infeasible"
     assert result.products_lower_bound == 3
+
+
+# ------------------------------------------------------- product search (plane coordinates)
+
+
+@pytest.mark.parametrize(
+    "a, b, bound",
+    [((-128, 127), (-8, 7), 4), ((-128, 127), (-128, 127), 5), ((-8, 7), (-8, 7), 3), ((-7, 7), (-1, 1), 1)],
+)
+def test_rank_lower_bound(a, b, bound):
+    # 15 fp4 digits: 256 inputs need rank 3, 16 need 2, 15 need 1; P >= rank_A + rank_B - 1.
+    assert lower_bound(Spec("fp4", *a, *b)) == bound
+
+
+def test_below_the_rank_bound_is_refuted_without_search():
+    spec = Spec("fp4", -128, 127, -8, 7)
+    result = search_product(spec, product_family(spec, 3), workers=1)
+    assert result.status == "infeasible" and result.products_lower_bound == 4
+    assert "at least 4 products" in result.notes[0]
+
+
+def test_the_rank_bound_is_tight_where_the_search_reaches_it():
+    # int4 x int4: rank 2 + 2 - 1 = 3, and the search finds 3.
+    spec = Spec("fp4", -8, 7, -8, 7)
+    result = search_product(spec, product_family(spec, 4), workers=1)
+    assert result.status == "optimal" and result.candidate.products == lower_bound(spec) == 3
+    d = encoding_dict(result, "int4xint4-fp4-3", search_record(result, "pairs"))
+    cert = d["search"]["certificate"]
+    assert cert["proven"] and "at least 3 products" in cert["beyond_the_family"][0]
+
+
+def test_a_refuted_family_is_recorded_and_the_ladder_moves_on():
+    # [-30, 30] x int4 in 3 products (the rank bound): the first six families of the
+    # ladder are refuted, coefficient bounds (2, 3) hold an encoding.
+    result, ladder = find_product("-30:30", "-8:7", "fp4", 3, workers=1, time_limit=60)
+    assert result.status == "optimal" and result.candidate.products == 3
+    assert [r["status"] for r in ladder] == ["infeasible"] * 6 + ["optimal"]
+    assert (result.family.coefficient_bound_a, result.family.coefficient_bound_b) == (2, 3)
+    encoding_dict(result, "t-3", search_record(result, "pairs", {"ladder": ladder}))
+
+
+def test_family_too_small_is_infeasible_and_proven():
+    # [-30, 30] x int4: 3 products meet the rank bound, but not with extra rows in [-1, 1].
+    spec = Spec("fp4", -30, 30, -8, 7)
+    result = search_product(spec, product_family(spec, 3), workers=1)
+    assert result.status == "infeasible" and result.candidate is None and result.products_lower_bound == 4
+
+
+def test_product_time_limit_bounds_the_whole_search():
+    spec = Spec("fp4", -128, 127, -128, 127)
+    result = search_product(spec, product_family(spec, 6), workers=1, time_limit=0.5)
+    assert result.status == "unknown" and result.candidate is None
+    assert result.wall_s < 30  # the first coverage pass is one vectorised step; the rest checks the clock
+
+
+def test_product_ladder_tries_small_menus_first():
+    rungs = product_ladder(Spec("fp4", -128, 127, -8, 7))
+    assert rungs[:3] == [(1, 1), (1, 2), (1, 3)]
+    assert len(extra_rows(3, 1, Spec.residue(13, "fp4").digit_values)) == 10
+
+
+@pytest.mark.parametrize("ka, kb, size", [(3, 3, 5), (4, 3, 4), (2, 2, 2), (3, 2, 4), (4, 4, 4)])
+def test_supports_are_exactly_the_covering_cell_sets(ka, kb, size):
+    cells = list(itertools.product(range(ka), range(kb)))
+    brute = {c for c in itertools.combinations(cells, size)
+             if {i for i, _ in c} == set(range(ka)) and {j for _, j in c} == set(range(kb))}
+    got = list(supports(ka, kb, size))
+    assert len(got) == len(set(got)) and set(got) == brute
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.lists(st.integers(-3, 3), min_size=4, max_size=4), min_size=1, max_size=3))
+def test_nullspace_is_an_integer_basis_of_the_complement(vectors):
+    basis = nullspace(vectors, 4)
+    m = sympy.Matrix(vectors)
+    assert len(basis) == 4 - m.rank()
+    assert all(sum(a * b for a, b in zip(v, c)) == 0 for v in vectors for c in basis)
+    if basis:
+        assert sympy.Matrix(basis).rank() == len(basis)
+
+
+def test_row_permutations_of_symmetric_row_sets():
+    identity = ((1, 0, 0), (0, 1, 0), (0, 0, 1))
+    assert len(row_permutations(identity)) == 6
+    diffs = identity + ((-1, 1, 0), (-1, 0, 1), (0, -1, 1))
+    perms = row_permutations(tuple(tuple(r) for r in diffs))
+    assert len(perms) == 6 and all(sorted(p) == list(range(6)) for p in perms)
 
 
 def test_digit_set_that_cannot_cover_is_infeasible():

@@ -44,6 +44,25 @@ def test_product_reports_progress_and_family(tmp_path, capsys):
     assert record["seed"] == 0 and record["status"] == "optimal" and record["certificate"]["proven"]
 
 
+def test_product_pairs_join_records_ladder_and_rank_bound(tmp_path, capsys):
+    out_file = tmp_path / "p.json"
+    code, out, _ = _run(capsys, "product", "--a", "int4", "--b", "int4", "--digits", "fp4", "--max-products", "4",
+                        "--quiet", "--out", str(out_file))
+    assert code == 0
+    assert "int4xint4-fp4: optimal (proven), 3 products" in out
+    assert "proven for every encoding: every exact encoding needs at least 3 products" in out
+    d = json.loads(out_file.read_text())
+    assert d["search"]["join"] == "pairs" and d["search"]["ladder"][-1]["status"] == "optimal"
+    assert d["search"]["certificate"]["beyond_the_family"]
+
+
+def test_product_time_limit_bounds_the_search(capsys):
+    code, out, _ = _run(capsys, "product", "--a", "int8", "--b", "int8", "--digits", "fp4", "--max-products", "6",
+                        "--time-limit", "1", "--quiet")
+    assert code == 1
+    assert "int8xint8-fp4: unknown (not proven), nothing found" in out
+
+
 @pytest.mark.parametrize(
     "argv, code, message",
     [

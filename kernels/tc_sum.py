@@ -3,11 +3,13 @@
 A row of length n is cut into segments of SEGMENT = BLOCK_K * R consecutive elements.  Each segment is
 one row of an MMA operand tile; multiplying the tile by an all-ones [BLOCK_K, 16] tile R times, chained
 into one accumulator, folds the segment in its natural order, one MMA instruction (k elements) at a
-time.  The per-segment sums are then combined by a perfect binary tree over the segment index, padded
-with zeros to a power of two, so the tree's shape depends only on the length.  BLOCK_M, num_warps and
-num_stages only decide which program folds which segment, so the bits depend on the input, the segment
-length and the MMA instruction Triton picks (num_warps can change that one) alone; kernels.check proves
-which configurations share them.
+time.  Float per-segment sums are then combined by a perfect binary tree over the segment index, padded
+with zeros to a power of two, so the tree's shape depends only on the length; int64 ones are summed in
+any order, exactly.  A program folds BLOCK_M consecutive segments of the row-major (row, segment)
+numbering, so many short rows fill its tiles as one long row does.  BLOCK_M, num_warps and num_stages
+only decide which program folds which segment, so the bits depend on the input, the segment length and
+the MMA instruction Triton picks (num_warps can change that one) alone; kernels.check proves which
+configurations share them.
 
 Accumulation: int32 inside a segment for int8 (exact while SEGMENT * 128 < 2**31), then int64 across
 segments, so int8 sums are always exact and returned as int64 like ``torch.sum``.  Float inputs
@@ -56,6 +58,10 @@ TC_SUM_CONFIGS = (
     {"BLOCK_M": 64, "BLOCK_K": 256, "R": 8, "num_warps": 4, "num_stages": 3},
 )
 
+# The bits of 1 in each operand type, as the signed integer of its width (the kernel's ones tile).
+_ONE_BITS = {d: int(torch.ones((), dtype=d).view(torch.int8 if d.itemsize == 1 else torch.int16))
+             for d in TC_SUM_DTYPES}
+
 _CONFIG_KEYS = frozenset({"BLOCK_M", "BLOCK_K", "R", "num_warps", "num_stages"})
 
 
@@ -65,8 +71,8 @@ def _tc_sum_kernel(
     out_ptr,
     n,
     n_segments,
+    total_segments,
     stride_xr,
-    stride_or,
     BLOCK_M: tl.constexpr,
     BLOCK_K: tl.constexpr,
     R: tl.constexpr,
@@ -74,41 +80,81 @@ def _tc_sum_kernel(
     ACC_DTYPE: tl.constexpr,
     IMPRECISE_ACC: tl.constexpr,
     FOLD_BY_SUM: tl.constexpr,
+    ONE_BITS: tl.constexpr,
+    BITS_TYPE: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    row = tl.program_id(1)
-    offs_m = pid.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    # Segments are numbered row-major over (row, segment within the row), and a tile takes BLOCK_M
+    # consecutive ones: a tile may span rows, so short rows still fill every MMA row.
+    seg = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    row = seg // n_segments
+    start = (seg - row * n_segments) * (BLOCK_K * R)
+    live = seg < total_segments
     offs_k = tl.arange(0, BLOCK_K)
     offs_n = tl.arange(0, ONES_N)
-    row_ptr = x_ptr + row.to(tl.int64) * stride_xr
-    seg_start = offs_m[:, None] * (BLOCK_K * R)
-    # Built in fp32 and cast: the interpreter's tl.full mis-encodes FP8 constants (1 becomes 2**-9).
-    ones = tl.full((BLOCK_K, ONES_N), 1.0, dtype=tl.float32).to(x_ptr.dtype.element_ty)
+    seg_ptr = x_ptr + row * stride_xr + start
+    # Bit pattern of 1 reinterpreted: a constant the compiler hoists out of the loop for every operand
+    # type (a converted fp32 constant is not folded for FP8), and the interpreter encodes it exactly.
+    ones = tl.full((BLOCK_K, ONES_N), ONE_BITS, dtype=BITS_TYPE)
+    ones = ones.to(x_ptr.dtype.element_ty, bitcast=True)
     acc = tl.zeros((BLOCK_M, ONES_N), dtype=ACC_DTYPE)
     for r in range(R):
-        offs = seg_start + r * BLOCK_K + offs_k[None, :]
-        tile = tl.load(row_ptr + offs, mask=offs < n, other=0.0)
+        pos = start[:, None] + r * BLOCK_K + offs_k[None, :]
+        tile = tl.load(seg_ptr[:, None] + r * BLOCK_K + offs_k[None, :], mask=live[:, None] & (pos < n), other=0.0)
         if FOLD_BY_SUM:
             # The interpreter reads bf16 dot operands as raw uint16 bits; sum the tile instead.
             acc += tl.sum(tile.to(tl.float32), axis=1)[:, None]
         else:
             acc = tl.dot(tile, ones, acc, max_num_imprecise_acc=IMPRECISE_ACC, out_dtype=ACC_DTYPE)
-    # Every column of acc holds the segment sum; storing column 0 alone avoids any further add.
-    out_offs = offs_m[:, None] + offs_n[None, :] * 0
-    keep = (offs_n[None, :] == 0) & (offs_m[:, None] < n_segments)
-    tl.store(out_ptr + row.to(tl.int64) * stride_or + out_offs, acc.to(out_ptr.dtype.element_ty), mask=keep)
+    # Every column of acc holds the segment sum; storing column 0 alone avoids any further add.  The
+    # partials are [rows, n_segments] contiguous, so segment seg's lies at offset seg.
+    out_offs = seg[:, None] + offs_n[None, :] * 0
+    keep = (offs_n[None, :] == 0) & live[:, None]
+    tl.store(out_ptr + out_offs, acc.to(out_ptr.dtype.element_ty), mask=keep)
 
 
 @triton.jit
-def _tree_kernel(in_ptr, out_ptr, n_in, stride_ir, stride_or, LEVELS: tl.constexpr):
+def _tree_kernel(in_ptr, out_ptr, rows, n_in, groups, LEVELS: tl.constexpr, BLOCK_R: tl.constexpr,
+                 PAIRWISE: tl.constexpr):
+    # Program pid sums group pid % groups (2**LEVELS consecutive values) of BLOCK_R consecutive rows.
     pid = tl.program_id(0)
-    row = tl.program_id(1)
-    offs = pid.to(tl.int64) * (2**LEVELS) + tl.arange(0, 2**LEVELS)
-    v = tl.load(in_ptr + row.to(tl.int64) * stride_ir + offs, mask=offs < n_in, other=0)
-    for level in tl.static_range(LEVELS):
-        left, right = tl.split(tl.reshape(v, (1 << (LEVELS - 1 - level), 2)))
-        v = left + right
-    tl.store(out_ptr + row.to(tl.int64) * stride_or + pid + tl.arange(0, 1), v)
+    group = pid % groups
+    rr = (pid // groups).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
+    cols = group.to(tl.int64) * (2**LEVELS) + tl.arange(0, 2**LEVELS)
+    mask = (rr[:, None] < rows) & (cols[None, :] < n_in)
+    v = tl.load(in_ptr + rr[:, None] * n_in + cols[None, :], mask=mask, other=0)
+    if PAIRWISE:
+        # fp32 rounds at every add, so the order is fixed: a perfect binary tree over the index.
+        for level in tl.static_range(LEVELS):
+            left, right = tl.split(tl.reshape(v, (BLOCK_R, 1 << (LEVELS - 1 - level), 2)))
+            v = left + right
+        total = tl.reshape(v, (BLOCK_R,))
+    else:
+        # int64 adds of values whose every partial sum is in range are exact in any order.
+        total = tl.sum(v, axis=1)
+    tl.store(out_ptr + rr * groups + group, total, mask=rr < rows)
+
+
+def _kernel_constants(config, dtype):
+    """The constexpr arguments of _tc_sum_kernel for `config` and operand `dtype` (kernels.check.ptx
+    compiles with the same ones)."""
+    is_int = dtype == torch.int8
+    return {
+        "BLOCK_M": config["BLOCK_M"],
+        "BLOCK_K": config["BLOCK_K"],
+        "R": config["R"],
+        "ONES_N": _ONES_N,
+        "ACC_DTYPE": tl.int32 if is_int else tl.float32,
+        "IMPRECISE_ACC": _FP8_PROMOTION if dtype == torch.float8_e4m3fn else None,
+        "FOLD_BY_SUM": dtype == torch.bfloat16 and isinstance(_tc_sum_kernel, InterpretedFunction),
+        "ONE_BITS": _ONE_BITS[dtype],
+        "BITS_TYPE": tl.int8 if dtype.itemsize == 1 else tl.int16,
+    }
+
+
+def _tree_constants(levels, dtype):
+    """The constexpr arguments of _tree_kernel reducing `levels` levels of `dtype` partials."""
+    # Each program sums 2**_TREE_LEVELS values: many short rows share one.
+    return {"LEVELS": levels, "BLOCK_R": 2 ** (_TREE_LEVELS - levels), "PAIRWISE": dtype.is_floating_point}
 
 
 def segment_length(config):
@@ -159,14 +205,17 @@ def _check_exact(x):
 
 
 def _tree_sum(partials):
-    """Sum the last dimension by the zero-padded perfect binary tree, _TREE_LEVELS levels a launch."""
+    """Sum the last dimension: for floats by the zero-padded perfect binary tree, _TREE_LEVELS levels a
+    launch; for integers (exact in any order) by plain sums of as many values."""
     rows, count = partials.shape
     levels_left = max(count - 1, 0).bit_length()
     while levels_left:
         levels = min(levels_left, _TREE_LEVELS)
         groups = triton.cdiv(count, 2**levels)
+        constants = _tree_constants(levels, partials.dtype)
         out = torch.empty((rows, groups), dtype=partials.dtype, device=partials.device)
-        _tree_kernel[(groups, rows)](partials, out, count, partials.stride(0), out.stride(0), LEVELS=levels)
+        grid = (groups * triton.cdiv(rows, constants["BLOCK_R"]),)
+        _tree_kernel[grid](partials, out, rows, count, groups, **constants)
         partials, count, levels_left = out, groups, levels_left - levels
     return partials[:, 0]
 
@@ -199,22 +248,16 @@ def tc_sum(x, *, exact=False, **config):
     segment = segment_length(config)
     n_segments = triton.cdiv(n, segment)
     partials = torch.empty((rows, n_segments), dtype=out_dtype, device=x.device)
-    is_int = x.dtype == torch.int8
-    grid = (triton.cdiv(n_segments, config["BLOCK_M"]), rows)
+    total_segments = rows * n_segments
+    grid = (triton.cdiv(total_segments, config["BLOCK_M"]),)
     _tc_sum_kernel[grid](
         rows_x,
         partials,
         n,
         n_segments,
+        total_segments,
         rows_x.stride(0),
-        partials.stride(0),
-        BLOCK_M=config["BLOCK_M"],
-        BLOCK_K=config["BLOCK_K"],
-        R=config["R"],
-        ONES_N=_ONES_N,
-        ACC_DTYPE=tl.int32 if is_int else tl.float32,
-        IMPRECISE_ACC=_FP8_PROMOTION if x.dtype == torch.float8_e4m3fn else None,
-        FOLD_BY_SUM=x.dtype == torch.bfloat16 and isinstance(_tc_sum_kernel, InterpretedFunction),
+        **_kernel_constants(config, x.dtype),
         num_warps=config["num_warps"],
         num_stages=config["num_stages"],
     )

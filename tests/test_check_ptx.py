@@ -28,6 +28,14 @@ def test_compiled_ptx_matches_every_descriptor(summaries, name):
         assert summary.get("shared", 1) <= SM90_SHARED_LIMIT
 
 
+@pytest.mark.parametrize("name", ["tc_sum.float8_e4m3fn", "tc_sum.int8"])
+def test_tc_sum_kernels_do_not_spill(summaries, name):
+    # Spills once cost int8 most of its bandwidth: its int64 tree spilled 5.9 KB a thread to local memory.
+    entries = summaries[name]["configs"] + summaries[name]["trees"]
+    assert all(entry["local"] == 0 for entry in entries)
+    assert len(summaries[name]["trees"]) == 2
+
+
 def test_fp8_wgmma_promotes_every_instruction(summaries):
     family = _family("tc_sum.float8_e4m3fn")
     index = next(i for i, d in enumerate(family.descriptors) if d.mma.startswith("wgmma"))
@@ -45,7 +53,8 @@ def test_fp8_wgmma_promotes_every_instruction(summaries):
     (lambda d, s: (dataclasses.replace(d, operand_conversion="e4m3->f16"), s), "operand conversions"),
     (lambda d, s: (d, {**s, "f32_fmas": 2}), "FMA contraction"),
     (lambda d, s: (d, {**s, "shared": SM90_SHARED_LIMIT + 1}), "shared memory"),
-], ids=["no-window", "wider-window", "instruction", "k", "conversion", "fma", "shared"])
+    (lambda d, s: (d, {**s, "local": 16}), "local memory"),
+], ids=["no-window", "wider-window", "instruction", "k", "conversion", "fma", "shared", "spills"])
 def test_a_wrong_descriptor_is_reported(summaries, mutate, problem):
     family = _family("tc_sum.float8_e4m3fn")
     index = next(i for i, d in enumerate(family.descriptors) if d.mma.startswith("wgmma"))

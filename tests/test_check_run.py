@@ -105,6 +105,21 @@ def test_rejects_unknown_probes_and_kernels(call, match):
         call()
 
 
+def test_worker_processes_give_the_same_report_as_one_process():
+    names = ["tc_sum.int8", "tc_sum.bfloat16"]
+    seen = []
+    parallel = run_checks(names, seed=4, device=DEVICE, shape=(2, 2100), jobs=2,
+                          report=lambda name, entry: seen.append(name))
+    assert parallel == run_checks(names, seed=4, device=DEVICE, shape=(2, 2100))
+    assert seen == names and all(entry["sound"] for entry in parallel.values())
+
+
+def test_cli_run_prints_each_family_and_a_summary(capsys):
+    assert main(["run", "--kernel", "tc_sum.int8", "--kernel", "tc_sum.float16", "--seed", "2"]) == 0
+    out = capsys.readouterr().out
+    assert out.index("tc_sum.int8 (") < out.index("tc_sum.float16 (") < out.index("summary: 2 of 2 kernel families sound")
+
+
 def test_cli_run_reports_json(capsys):
     assert main(["run", "--json", "--kernel", "tc_sum.int8", "--seed", "11"]) == 0
     entry = json.loads(capsys.readouterr().out)["tc_sum.int8"]

@@ -129,13 +129,16 @@ def test_tree_over_many_segments_matches_the_reference_bit_for_bit():
     values = (1 + torch.randint(0, 1024, (segments,), generator=generator) / 1024) * torch.exp2(
         torch.randint(-14, 16, (segments,), generator=generator).double())
     values = values * torch.randint(0, 2, (segments,), generator=generator).mul(2).sub(1)
-    x = values.repeat_interleave(32).to(torch.float16)
+    row = values.repeat_interleave(32)
+    # Three rows (the second launch sums several rows a program), one of them reversed.
+    x = torch.stack([row, row.flip(0), -row]).to(torch.float16)
     got = tc_sum(x.to(DEVICE), **SHORT_SEGMENTS).cpu()
     assert torch.equal(_bits(got), _bits(tc_sum_reference(x, 32)))
+    assert torch.equal(_bits(got[0]), _bits(tc_sum(x[0].to(DEVICE), **SHORT_SEGMENTS).cpu()))
     sequential = torch.zeros((), dtype=torch.float32)
     for partial in (values.to(torch.float16).to(torch.float32) * 32):
         sequential = sequential + partial
-    assert not torch.equal(_bits(got), _bits(sequential)), "probe too easy: the tree order went untested"
+    assert not torch.equal(_bits(got[0]), _bits(sequential)), "probe too easy: the tree order went untested"
 
 
 def test_int8_tree_over_many_segments_is_exact():

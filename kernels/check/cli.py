@@ -2,7 +2,7 @@
 
   ozaki-check classes [--json] [--target sm_90|interpreter]
   ozaki-check ptx [--json] [--kernel NAME ...]
-  ozaki-check run [--json] [--kernel NAME ...] [--seed N]
+  ozaki-check run [--json] [--kernel NAME ...] [--seed N] [--jobs N]
 
 `run` without a GPU re-executes itself with TRITON_INTERPRET=1, which must be set before any kernel is
 defined (importing kernels.check already defined them).  Exit status 1 when a check fails.
@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import torch
 
@@ -63,6 +64,16 @@ def _ptx(args):
     return 0 if all(e["ok"] for e in report.values()) else 1
 
 
+def _print_entry(name, entry):
+    print(f"{name} ({entry['target']}): {'sound' if entry['sound'] else 'UNSOUND'}, classes {entry['classes']}")
+    for kind, groups in entry["observed"].items():
+        print(f"  {kind}: identical bits in {groups}")
+    for violation in entry["violations"]:
+        print(f"  violation: {violation}")
+    print(f"  class pairs seen to differ: {entry['classes_seen_to_differ']}; "
+          f"never seen to differ: {entry['classes_not_seen_to_differ']}", flush=True)
+
+
 def _run(args):
     if not torch.cuda.is_available() and not _interpreted():
         env = dict(os.environ, TRITON_INTERPRET="1")
@@ -70,18 +81,15 @@ def _run(args):
                               check=False).returncode
     from kernels.check.run import run_checks
 
-    report = run_checks(args.kernel or None, seed=args.seed)
+    started = time.monotonic()
+    report = run_checks(args.kernel or None, seed=args.seed, jobs=args.jobs,
+                        report=None if args.json else _print_entry)
     if args.json:
         print(json.dumps(report, indent=1))
     else:
-        for name, entry in report.items():
-            print(f"{name} ({entry['target']}): {'sound' if entry['sound'] else 'UNSOUND'}, classes {entry['classes']}")
-            for kind, groups in entry["observed"].items():
-                print(f"  {kind}: identical bits in {groups}")
-            for violation in entry["violations"]:
-                print(f"  violation: {violation}")
-            print(f"  class pairs seen to differ: {entry['classes_seen_to_differ']}; "
-                  f"never seen to differ: {entry['classes_not_seen_to_differ']}")
+        unsound = [name for name, entry in report.items() if not entry["sound"]]
+        print(f"summary: {len(report) - len(unsound)} of {len(report)} kernel families sound"
+              f"{'; UNSOUND: ' + ', '.join(unsound) if unsound else ''} ({time.monotonic() - started:.1f} s)")
     return 0 if all(e["sound"] for e in report.values()) else 1
 
 
@@ -98,6 +106,9 @@ def main(argv=None):
     run.add_argument("--json", action="store_true")
     run.add_argument("--kernel", action="append", help="a kernel family, e.g. modular_matmul.e4m3 (repeatable)")
     run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--jobs", type=int, default=1,
+                     help="worker processes that compile and launch configurations in parallel (compiling is "
+                          "most of the time on a GPU); the same checks")
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
     args.argv = argv

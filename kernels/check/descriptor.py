@@ -108,7 +108,8 @@ def describe_tc_sum(config, dtype, target="sm_90"):
         promotion_window=window,
         k_chunk=segment,
         split=f"segments of {segment} consecutive elements, one accumulator row each, partials stored as {merged}",
-        merge=f"perfect binary tree over the segment index, zero-padded to a power of two, {merged} adds",
+        merge=("int64 sums of each row's segment partials, up to 2**10 a program (exact, so in any order)" if is_int
+               else "perfect binary tree over the segment index, zero-padded to a power of two, fp32 adds"),
         combine="none: one plane, no moduli",
         fma_contraction=False,
         rounding=rounding,

@@ -1,8 +1,8 @@
 """Static check: compile configurations for sm_90 (no GPU needed) and match the PTX to each descriptor.
 
 Checked per configuration: the MMA instruction and its k, conversions out of the operand type, the number
-of fp32 promotion adds the window implies, no fp32 FMA, and (tc_sum) shared memory within the sm_90 limit
-and a tree kernel of plain adds.
+of fp32 promotion adds the window implies, no fp32 FMA, and (tc_sum) shared memory within the sm_90 limit,
+no local memory (register spills) and a tree kernel of plain adds without spills.
 
 Compilation needs real @triton.jit kernels, which do not exist in a process running the interpreter, so it
 runs in a child process without TRITON_INTERPRET (``python -m kernels.check.ptx NAME...`` prints the PTX
@@ -15,6 +15,8 @@ import re
 import subprocess
 import sys
 from collections import Counter
+
+import torch
 
 from kernels.check.classes import families
 from kernels.check.descriptor import mma_k
@@ -95,15 +97,32 @@ def compare(descriptor, summary, operand):
             problems.append(f"promotion adds: descriptor implies {want} add.f32, PTX has {summary['f32_adds']}")
     if not descriptor.fma_contraction and summary["f32_fmas"]:
         problems.append(f"FMA contraction: descriptor says none, PTX has {summary['f32_fmas']} fma.f32")
+    if summary.get("local", 0):
+        problems.append(f"local memory {summary['local']} B per thread (register spills, which go through the "
+                        f"cache hierarchy instead of registers); use smaller tiles or more warps")
     if summary.get("shared", 0) > SM90_SHARED_LIMIT:
         problems.append(f"shared memory {summary['shared']} B > {SM90_SHARED_LIMIT} B per block on sm_90: "
                         f"the launch would fail; use fewer stages or smaller tiles")
     return problems
 
 
+def _local_bytes(cubin):
+    """Bytes of local memory (register spills and stack) per thread in a cubin, by cuobjdump -res-usage."""
+    import tempfile
+
+    from triton import knobs
+
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as handle:
+        handle.write(cubin)
+        handle.flush()
+        usage = subprocess.run([knobs.nvidia.cuobjdump.path, "-res-usage", handle.name], capture_output=True,
+                               text=True, check=True).stdout
+    return sum(int(v) for v in re.findall(r"\b(?:STACK|LOCAL):(\d+)", usage))
+
+
 def _compile(fn, signature, constexprs, num_warps, num_stages):
-    """PTX summary plus shared memory of `fn` compiled for sm_90 as a launch on 16-aligned pointers and
-    sizes specialises it (the fast path, with software pipelining)."""
+    """PTX summary plus shared and local memory of `fn` compiled for sm_90 as a launch on 16-aligned
+    pointers and sizes specialises it (the fast path, with software pipelining)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -111,29 +130,31 @@ def _compile(fn, signature, constexprs, num_warps, num_stages):
     aligned = {(i,): [["tt.divisibility", 16]] for i, kind in enumerate(signature.values()) if kind != "constexpr"}
     compiled = triton.compile(ASTSource(fn, signature, constexprs, aligned), target=GPUTarget("cuda", 90, 32),
                               options={"num_warps": num_warps, "num_stages": num_stages})
-    return dict(summarize(compiled.asm["ptx"]), shared=compiled.metadata.shared)
+    return dict(summarize(compiled.asm["ptx"]), shared=compiled.metadata.shared,
+                local=_local_bytes(compiled.asm["cubin"]))
 
 
 def _tc_sum_summaries(operand, configs):
-    import triton.language as tl
+    from kernels.check.classes import TC_SUM_TYPES
+    from kernels.tc_sum import _TREE_LEVELS, _kernel_constants, _tc_sum_kernel, _tree_constants, _tree_kernel
 
-    from kernels.tc_sum import _TREE_LEVELS, _tc_sum_kernel, _tree_kernel
-
+    dtype = TC_SUM_TYPES[operand]
     x_type, out_type = _TRITON_TYPE[operand]
-    scalars = {name: "i32" for name in ("n", "n_segments", "stride_xr", "stride_or")}
+    scalars = {name: "i32" for name in ("n", "n_segments", "total_segments", "stride_xr")}
     summaries = []
     for config in configs:
-        constexprs = {
-            "BLOCK_M": config["BLOCK_M"], "BLOCK_K": config["BLOCK_K"], "R": config["R"], "ONES_N": 16,
-            "ACC_DTYPE": tl.int32 if operand == "int8" else tl.float32,
-            "IMPRECISE_ACC": 32 if operand == "float8_e4m3fn" else None, "FOLD_BY_SUM": False,
-        }
+        constexprs = _kernel_constants(config, dtype)
         signature = {"x_ptr": x_type, "out_ptr": out_type, **scalars, **{k: "constexpr" for k in constexprs}}
         summaries.append(_compile(_tc_sum_kernel, signature, constexprs, config["num_warps"], config["num_stages"]))
-    tree_signature = {"in_ptr": out_type, "out_ptr": out_type, "n_in": "i32", "stride_ir": "i32",
-                      "stride_or": "i32", "LEVELS": "constexpr"}
-    tree = _compile(_tree_kernel, tree_signature, {"LEVELS": _TREE_LEVELS}, 4, 1)
-    return {"configs": summaries, "tree": tree}
+    partials = torch.int64 if dtype == torch.int8 else torch.float32
+    trees = []
+    # The two extremes of the tree kernel: one level over 2**9 rows a program, all levels over one row.
+    for levels in (1, _TREE_LEVELS):
+        constexprs = _tree_constants(levels, partials)
+        signature = {"in_ptr": out_type, "out_ptr": out_type, "rows": "i32", "n_in": "i32", "groups": "i32",
+                     **{k: "constexpr" for k in constexprs}}
+        trees.append(_compile(_tree_kernel, signature, constexprs, 4, 1))
+    return {"configs": summaries, "trees": trees}
 
 
 def compile_summaries(names):
@@ -148,6 +169,9 @@ def compile_summaries(names):
 
 def _tree_problems(tree, merged):
     problems = []
+    if tree["local"]:
+        # An int64 pairwise tree over 1024 values once spilled 5.9 KB a thread, costing int8 half its speed.
+        problems.append(f"tree: {tree['local']} B of local memory per thread (register spills)")
     if tree["f32_fmas"]:
         problems.append(f"tree: {tree['f32_fmas']} fma.f32, descriptor says plain adds")
     if merged == "fp32" and not tree["f32_adds"]:
@@ -172,8 +196,8 @@ def check_ptx(names=None):
         family = known[name]
         rows = [{"index": i, "mma": summary["mma"], "problems": compare(d, summary, family.operand)}
                 for i, (d, summary) in enumerate(zip(family.descriptors, summaries[name]["configs"], strict=True))]
-        tree = summaries[name].get("tree")
-        tree = _tree_problems(tree, "int64" if family.operand == "int8" else "fp32") if tree else []
+        merged = "int64" if family.operand == "int8" else "fp32"
+        tree = [p for t in summaries[name].get("trees", []) for p in _tree_problems(t, merged)]
         report[name] = {"ok": not tree and not any(r["problems"] for r in rows), "configs": rows,
                         "tree_problems": tree}
     return report

@@ -10,7 +10,9 @@ splits on any probe is a soundness failure; classes the probes never tell apart 
 observed to differ (the split may still be needed on other inputs).
 """
 
+import concurrent.futures
 import itertools
+import multiprocessing
 
 import torch
 
@@ -157,13 +159,22 @@ def _default_shape(family, device):
     return (2, 24, 20, 300) if device.type == "cpu" else (3, 300, 260, 5000)
 
 
-def check_family(family, device, seed, shape=None):
-    """Run every configuration of `family` on its probes drawn from `seed` on `device`."""
+def _launch_config(name, index, seed, shape, device):
+    """Outputs (on the CPU) of configuration `index` of family `name` on each of its probes.  Top level, so a
+    worker process can run it: compiling is what costs, and workers compile configurations in parallel."""
     device = torch.device(device)
+    family = next(f for f in families(target_for(device)) if f.name == name)
+    probes = _probes(family, shape or _default_shape(family, device), seed, device)
+    return [family.launch(probe, family.configs[index]).cpu() for _, probe, _ in probes]
+
+
+def _judge(family, device, expected, outputs_by_config):
+    """The report of check_family from the probes' (kind, exact result or None) and every configuration's
+    outputs (outputs_by_config[config][probe])."""
     claimed = classes(family)
     observed, violations, differing = {}, [], set()
-    for kind, probe, exact in _probes(family, shape or _default_shape(family, device), seed, device):
-        outputs = [family.launch(probe, config).cpu() for config in family.configs]
+    for number, (kind, exact) in enumerate(expected):
+        outputs = [per_config[number] for per_config in outputs_by_config]
         groups = _groups(outputs)
         observed[kind] = groups
         for cls in claimed:
@@ -187,15 +198,47 @@ def check_family(family, device, seed, shape=None):
     }
 
 
-def run_checks(names=None, seed=0, device=None, shape=None):
+def check_family(family, device, seed, shape=None):
+    """Run every configuration of `family` on its probes drawn from `seed` on `device`."""
+    device = torch.device(device)
+    probes = list(_probes(family, shape or _default_shape(family, device), seed, device))
+    outputs = [[family.launch(probe, config).cpu() for _, probe, _ in probes] for config in family.configs]
+    return _judge(family, device, [(kind, exact) for kind, _, exact in probes], outputs)
+
+
+def run_checks(names=None, seed=0, device=None, shape=None, jobs=1, report=None):
     """Check the named kernel families (all when None) on `device` (CUDA when available, else the
     interpreter on CPU) with probes drawn from `seed`; `shape` overrides every family's probe shape.
-    Returns {name: report}; report["sound"] is False when a claimed class split or an exact result was
-    wrong."""
+    jobs > 1 launches each configuration in one of that many worker processes, which compile in
+    parallel (the same launches and comparisons, sooner).  report(name, entry) is called as each family
+    is judged.  Returns {name: report}; report["sound"] is False when a claimed class split or an exact
+    result was wrong."""
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     known = {f.name: f for f in families(target_for(device))}
     names = list(known) if names is None else list(names)
     unknown = [n for n in names if n not in known]
     if unknown:
         raise ValueError(f"no dynamic check for {unknown}; checkable kernels: {sorted(known)}")
-    return {name: check_family(known[name], device, seed, shape) for name in names}
+    results = {}
+
+    def judged(name, entry):
+        results[name] = entry
+        if report is not None:
+            report(name, entry)
+
+    if jobs <= 1:
+        for name in names:
+            judged(name, check_family(known[name], device, seed, shape))
+        return results
+    # Spawned, not forked: a forked child cannot use the parent's CUDA context.
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context) as pool:
+        pending = {name: [pool.submit(_launch_config, name, i, seed, shape, str(device))
+                          for i in range(len(known[name].configs))] for name in names}
+        # Judged in submission order, each as soon as its last configuration is back.
+        for name, futures in pending.items():
+            family = known[name]
+            expected = [(kind, exact) for kind, _, exact in
+                        _probes(family, shape or _default_shape(family, device), seed, "cpu")]
+            judged(name, _judge(family, device, expected, [f.result() for f in futures]))
+    return {name: results[name] for name in names}

@@ -24,7 +24,7 @@ import ozaki
 from ozaki import pipeline
 from ozaki.crt import garner, round_to_float64
 from ozaki.products import direct_products
-from ozaki.residues import residues
+from ozaki.residues import crt_capacity, residues
 from ozaki.scaling import scale_rows
 
 _STAGES = ("scale", "residues", "products", "garner", "round")
@@ -37,7 +37,7 @@ def _stages(a: torch.Tensor, b: torch.Tensor) -> tuple[list[float], int]:
     sa = scale_rows(a, pipeline.row_bits(a, "fp64"))
     sb = scale_rows(bt, pipeline.row_bits(bt, "fp64"))
     k = a.shape[-1]
-    plan = pipeline.choose_moduli("reference", k, 4 * k << (int(sa.bits.max()) + int(sb.bits.max())), a.device)
+    plan = pipeline.choose_moduli("reference", k, crt_capacity(k, int(sa.bits.max()), int(sb.bits.max())), a.device)
     marks.append(time.perf_counter())
     ra = residues(sa, plan.moduli)
     rb = residues(sb, plan.moduli).transpose(-1, -2)

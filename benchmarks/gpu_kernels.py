@@ -27,7 +27,7 @@ from ozaki.crt import garner, round_to_float64
 from ozaki.digits import digit_set
 from ozaki.formats import encoding_from_dict
 from ozaki.residues import residues
-from ozaki.scaling import exact_bits, scale_rows
+from ozaki.scaling import exact_bits, row_shifts, scale_rows
 
 OUT = os.environ.get("OUT", "gpu_kernels_out")
 os.makedirs(OUT, exist_ok=True)
@@ -127,14 +127,15 @@ def fused_stages(n: int) -> None:
     x = (torch.rand(n, n, dtype=torch.float64, device="cuda") - 0.5) * torch.exp(
         torch.randn(n, n, dtype=torch.float64, device="cuda"))
     bits = exact_bits(x)
+    shift = row_shifts(x, bits)
 
     def staged_encode():
         r = residues(scale_rows(x, bits), moduli)
         return torch.cat([products.encode_planes(r[i], e, "a") for i, e in enumerate(encodings)])
 
-    same = torch.equal(encode_planes(x, bits, encodings, "a").long(), staged_encode())
+    same = torch.equal(encode_planes(x, shift, encodings, "a").long(), staged_encode())
     log(f"bits  fused encode {n}x{n}, {len(moduli)} int8 moduli: {'equal' if same else 'DIFFER'}")
-    bench(f"encode fused {n}x{n} x {len(moduli)} moduli", lambda: encode_planes(x, bits, encodings, "a"), n,
+    bench(f"encode fused {n}x{n} x {len(moduli)} moduli", lambda: encode_planes(x, shift, encodings, "a"), n,
           matmul=False)
     bench(f"encode staged {n}x{n} x {len(moduli)} moduli", staged_encode, n, matmul=False)
 

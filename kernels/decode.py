@@ -1,17 +1,30 @@
 """Fused decode: residue products -> one correctly rounded float64, in one pass with a
 linear (one-step) CRT.
 
-Per entry, with residues c_i of the exact product Y (|Y| < M/4, M = prod m_i) and its
-scale 2**e:
+Per entry, with residues c_i of the exact product Y and its scale 2**e, Y the
+representative in (-M/2, M/2) (M = prod m_i; |Y| < M/2 is the capacity the pipeline asks
+for, 2 * K * (2**p - 1) * (2**q - 1) < M):
 
 1. Linear CRT.  With w_i = (M/m_i) * ((M/m_i)^-1 mod m_i), X' = sum_i c_i * w_i is
    congruent to Y mod M.  It is never formed: the kernel accumulates its limbs
    S_l = sum_i c_i * limb_l(w_i) (unnormalized) in float64, and the estimate
-   E = sum_i c_i * (w_i / M) of X' / M.  Since w_i / M = inv_i / m_i, X' / M = q + Y / M
-   for an integer q, and |Y| / M < 1/4 makes q = round(E) exact; S_l - q * limb_l(M) are
-   then the limbs of Y itself.  N * L multiply-adds per entry and no modular reduction.
-2. Carries settle the limbs into [0, 2**b), the top limb signed; a negative Y is negated
-   limb-wise and settled again, which leaves the limbs of |Y|.
+   E = sum_i c_i * (w_i / M) of X' / M.  q = round(E) is within 1/2 + 2**-5 of X' / M
+   (see _constants), so Y0 = X' - q * M, whose limbs are S_l - q * limb_l(M), lies in
+   (-M, M).  N * L multiply-adds per entry and no modular reduction.
+2. Carries settle the limbs of Y0 into [0, 2**b), the top limb signed.  Y0 ≡ Y (mod M) and
+   |Y0 - Y| < 3M/2, so Y0 is Y, Y + M or Y - M: exactly one of Y0, Y0 - M, Y0 + M lies in
+   (-M/2, M/2), and with G = floor(M/2) it is Y0 - M where Y0 > G, Y0 + M where Y0 < -G, and
+   Y0 itself otherwise (for even M, Y0 = ±G = ±M/2 is the class without a representative:
+   flagged).  The comparison is exact: settled limbs compare lexicographically from the top
+   (lower limbs in [0, 2**b) weigh less than one unit of the limb above), a few register
+   operations per limb.  The float64 estimate only has to pick q within one; where it is
+   off by one -- Y within about 2**-5 * M of +-M/2, the only entries the rounding of E can
+   mislead -- the correction adds +-M to the limbs in the same pass.  It is branch-free:
+   every entry pays the comparison (a subtraction, then a select per limb, in registers)
+   and only entries in that band change; skipping it for a whole block would take a
+   cross-thread reduction (shuffles, shared memory), dearer than the comparison itself.
+   The sign of Y is the top limb's sign, flipped by a correction; negating where Y < 0 and
+   settling again leaves the limbs of |Y|.
 3. One rounding to nearest even of |Y| * 2**e from the top four limbs plus a sticky bit,
    subnormals and overflow included.
 
@@ -41,7 +54,7 @@ import triton
 import triton.language as tl
 from triton.runtime.interpreter import InterpretedFunction
 
-from ozaki.crt import garner, round_to_float64
+from ozaki.crt import HALF_MODULUS_ERROR, garner, round_to_float64
 
 __all__ = ["DECODE_BLOCK", "DECODE_WARPS", "compile_ptx", "decode_residues", "reference_decode"]
 
@@ -54,7 +67,6 @@ DECODE_WARPS = 4
 _MIN_LIMB_BITS = 21
 _MAX_LIMB_BITS = 31
 _FLOAT64_EXACT = 2**53
-_UNIT_ROUNDOFF = 2.0**-53
 # Exponent sums saturate at +-2**34 in the kernel; see the proof there.
 _EXPONENT_CLAMP = 2**34
 
@@ -132,10 +144,10 @@ def _round(limbs, offs_l, exponent, LIMB: tl.constexpr):
 
 @triton.jit
 def _decode_kernel(
-    c_ptr, row_exp_ptr, col_exp_ptr, moduli_ptr, fraction_ptr, weight_limb_ptr, modulus_limb_ptr, out_ptr, flag_ptr,
-    cols, col_blocks, stride_cn, stride_cr, stride_cc, threshold,
+    c_ptr, row_exp_ptr, col_exp_ptr, moduli_ptr, fraction_ptr, weight_limb_ptr, modulus_limb_ptr, half_limb_ptr,
+    out_ptr, flag_ptr, cols, col_blocks, stride_cn, stride_cr, stride_cc,
     N_MODULI: tl.constexpr, N_LIMBS: tl.constexpr, LIMB_PAD: tl.constexpr, LIMB: tl.constexpr,
-    EXPONENT_CLAMP: tl.constexpr, BLOCK: tl.constexpr,
+    EVEN: tl.constexpr, EXPONENT_CLAMP: tl.constexpr, BLOCK: tl.constexpr,
 ):
     # One program: BLOCK consecutive columns of one row (no per-entry division).
     pid = tl.program_id(0)
@@ -169,17 +181,34 @@ def _decode_kernel(
         estimate += value * tl.load(fraction_ptr + i)
         sums += value[None, :] * tl.load(weight_limb_ptr + i * LIMB_PAD + offs_l)[:, None]
         c_ptrs += stride_cn
-    # E + 1/2 rounds only near a half-integer, where |E - q| > threshold is flagged anyway.
+    # Any integer within 1 of X'/M will do (see _constants): E + 1/2 may round.
     nearest = tl.floor(estimate + 0.5)
-    # Flag 2: a residue out of range, 1: |Y| reaches M/4.  Only flagged entries touch the
-    # flag, so a clean launch pays no reduction or atomic.
-    code = tl.where(outside, 2, tl.where(tl.abs(estimate - nearest) > threshold, 1, 0))
-    tl.atomic_max(flag_ptr + tl.zeros_like(offs_c), code, mask=mask & (code != 0), sem="relaxed")
-    sums -= nearest[None, :] * tl.load(modulus_limb_ptr + offs_l)[:, None]
+    modulus_limbs = tl.load(modulus_limb_ptr + offs_l)
+    sums -= nearest[None, :] * modulus_limbs[:, None]
 
-    # 2. Settle, read the sign off the top limb, negate and settle again: limbs of |Y|.
+    # 2. Settle Y0 = X' - q * M in (-M, M); its sign is the top limb's.
     limbs = _settle(sums.to(tl.int64), offs_l, N_LIMBS, LIMB)
     negative = _row(limbs, offs_l[:, None], N_LIMBS - 1) < 0
+    # The sign of Y0 - G (Y0 >= 0) or of Y0 + G (Y0 < 0): the top non-zero limb difference.
+    # Settled limbs of -G (top limb signed) come from the table's second row.
+    bound = tl.where(negative[None, :], tl.load(half_limb_ptr + LIMB_PAD + offs_l)[:, None],
+                     tl.load(half_limb_ptr + offs_l)[:, None])
+    difference = limbs - bound
+    order = tl.zeros((BLOCK,), tl.int64)
+    for j in tl.static_range(N_LIMBS):
+        order = tl.where(order == 0, _row(difference, offs_l[:, None], N_LIMBS - 1 - j), order)
+    # Y0 beyond +-G (and |Y0| < M): the representative is Y0 -+ M, of the other sign.
+    beyond = tl.where(negative, order < 0, order > 0)
+    step = tl.where(beyond, tl.where(negative, 1, -1), 0).to(tl.int64)
+    limbs += step[None, :] * modulus_limbs.to(tl.int64)[:, None]
+    negative = negative != beyond
+    # Flag 2: a residue out of range, 1: Y0 = +-M/2 with M even, no representative in
+    # (-M/2, M/2).  Only flagged entries touch the flag, so a clean launch pays no
+    # reduction or atomic.
+    code = tl.where(outside, 2, tl.where((order == 0) & EVEN, 1, 0))
+    tl.atomic_max(flag_ptr + tl.zeros_like(offs_c), code, mask=mask & (code != 0), sem="relaxed")
+
+    # Negate where Y < 0 and settle again: limbs of |Y| < M/2.
     limbs = _settle(tl.where(negative[None, :], -limbs, limbs), offs_l, N_LIMBS, LIMB)
 
     # 3. One rounding.
@@ -190,12 +219,12 @@ def _decode_kernel(
 class _Layout(NamedTuple):
     n_limbs: int
     limb_bits: int
-    slack: float  # bound on |E - X'/M|
+    even: bool  # M is even: Y0 = +-M/2 is flagged
 
 
 @cache
 def _constants(moduli: tuple[int, ...]) -> tuple[_Layout, dict[str, torch.Tensor]]:
-    """Limb layout, the slack of the capacity check, and the host tables of the kernel."""
+    """Limb layout and the host tables of the kernel."""
     for m in moduli:
         if isinstance(m, bool) or not isinstance(m, int) or not 2 <= m < 2**31:
             raise ValueError(f"modulus {m!r} must be an int in [2, 2**31)")
@@ -203,10 +232,10 @@ def _constants(moduli: tuple[int, ...]) -> tuple[_Layout, dict[str, torch.Tensor
         for other in moduli[:i]:
             if math.gcd(m, other) != 1:
                 raise ValueError(f"moduli {other} and {m} are not coprime: the CRT needs pairwise coprime moduli")
-    n = len(moduli)
-    # Exactness of the limb sums.  Residues satisfy |c_i| <= m_i - 1 (checked per entry), so
-    # sum |c_i| <= spread.  |E| <= sum |c_i| * inv_i / m_i + slack < spread + 1/2, hence
-    # |q| <= spread; every partial sum of S_l, the q * limb_l(M) term included, is an
+    # Exactness of the limb sums (n = len(moduli)).  Residues satisfy |c_i| <= m_i - 1
+    # (checked per entry), so sum |c_i| <= spread, and inv_i <= m_i - 1 gives |E| <= sum (m_i - 1)**2 / m_i + slack
+    # <= spread - n/2 + slack < spread - 1/4 (slack below): |q| <= spread even where
+    # E + 1/2 rounds.  Every partial sum of S_l, the q * limb_l(M) term included, is then an
     # integer of magnitude at most 2 * spread * (2**b - 1), exact in float64 below 2**53.
     spread = sum(m - 1 for m in moduli)
     widths = [b for b in range(_MIN_LIMB_BITS, _MAX_LIMB_BITS + 1) if 2 * spread * ((1 << b) - 1) < _FLOAT64_EXACT]
@@ -219,35 +248,39 @@ def _constants(moduli: tuple[int, ...]) -> tuple[_Layout, dict[str, torch.Tensor
     # error <= u = 2**-53), and a sum of n products of magnitude below |c_i| errs by at most
     # gamma_n * sum |c_i * f_i|, gamma_n = n * u / (1 - n * u) (fused multiply-adds only
     # tighten it): |E - X'/M| <= (u + gamma_n * (1 + u)) * spread <= (n + 2) * u * spread =
-    # slack.  Pairwise coprime moduli >= 2 are distinct, so spread >= n * (n + 1) / 2 and
-    # the check above gives n < 2**16, slack < 2**-6.  Then |Y| < M/4 gives
-    # |E - q| < 1/4 + slack, never flagged, and an unflagged |E - round(E)| <= 1/4 + slack
-    # leaves |Y| / M <= 1/4 + 2 * slack < 1/2: round(E) is the q of the representative
-    # nearest 0, which the result rounds, and |Y| < M/2.
-    slack = (n + 2) * spread * _UNIT_ROUNDOFF
+    # slack.  The check above gives spread < 2**31 * (1 + 2**-20); pairwise coprime moduli
+    # >= 2 are distinct, so spread >= n * (n + 1) / 2 and n < 2**16: slack < 2**-5.  The
+    # kernel's q = floor(fl(E + 1/2)) errs from E by at most 1/2 plus half an ulp of E + 1/2
+    # (|E| < 2**32, so at most 2**-22): |X'/M - q| < 1/2 + 2**-22 + 2**-5 < 1 and
+    # Y0 = X' - q * M lies in (-M, M).  Nothing here depends on where Y lies: the exact
+    # comparison of Y0 with +-floor(M/2) settles the representative (module docstring).
     product = math.prod(moduli)
-    # |Y| < M/2 fits the limbs, so the top limb of the settled Y lies in [-2**(b-1), 2**(b-1)).
-    # Cost: multiply-adds ~ the padded count, carry steps ~ the count.
+    # |Y0| < M fits the limbs, the top one signed.  Cost: multiply-adds ~ the padded count,
+    # carry steps ~ the count.
     limb_bits = min(widths, key=lambda b: (triton.next_power_of_2(_limb_count(product, b)), _limb_count(product, b)))
     n_limbs = _limb_count(product, limb_bits)
     pad = triton.next_power_of_2(n_limbs)
 
-    def limbs_of(x: int) -> list[float]:
-        return [float((x >> (limb_bits * j)) & ((1 << limb_bits) - 1)) for j in range(pad)]
+    def limbs_of(x: int) -> list[int]:
+        """The settled limbs of x: limbs below the top in [0, 2**b), the top one signed
+        (Python's >> floors), zeros in the padding."""
+        mask = (1 << limb_bits) - 1
+        return [(x >> (limb_bits * j)) & (mask if j < n_limbs - 1 else -1) if j < n_limbs else 0 for j in range(pad)]
 
     weight_limbs, fractions = [], []
     for m in moduli:
         cofactor = product // m
         inverse = pow(cofactor, -1, m)
-        weight_limbs.append(limbs_of(cofactor * inverse))
+        weight_limbs.append(limbs_of(cofactor * inverse))  # below M: non-negative limbs
         fractions.append(inverse / m)  # int / int rounds once, to nearest
     tables = {
         "moduli": torch.tensor(moduli, dtype=torch.int64),
         "fractions": torch.tensor(fractions, dtype=torch.float64),
         "weight_limbs": torch.tensor(weight_limbs, dtype=torch.float64),
         "modulus_limbs": torch.tensor(limbs_of(product), dtype=torch.float64),
+        "half_limbs": torch.tensor([limbs_of(product // 2), limbs_of(-(product // 2))], dtype=torch.int64),
     }
-    return _Layout(n_limbs, limb_bits, slack), tables
+    return _Layout(n_limbs, limb_bits, product % 2 == 0), tables
 
 
 def _limb_count(product: int, limb_bits: int) -> int:
@@ -256,25 +289,27 @@ def _limb_count(product: int, limb_bits: int) -> int:
 
 @cache
 def _device_tables(moduli: tuple[int, ...], device: torch.device) -> dict[str, torch.Tensor]:
-    # Kept per device: four host-to-device copies per call would cost more than a small decode.
+    # Kept per device: five host-to-device copies per call would cost more than a small decode.
     return {name: t.to(device) for name, t in _constants(moduli)[1].items()}
 
 
-def _constexprs(n_moduli: int, n_limbs: int, limb_bits: int) -> dict[str, int]:
-    return dict(N_MODULI=n_moduli, N_LIMBS=n_limbs, LIMB_PAD=triton.next_power_of_2(n_limbs), LIMB=limb_bits,
-                EXPONENT_CLAMP=_EXPONENT_CLAMP, BLOCK=DECODE_BLOCK)
+def _constexprs(n_moduli: int, layout: _Layout) -> dict[str, int]:
+    return dict(N_MODULI=n_moduli, N_LIMBS=layout.n_limbs, LIMB_PAD=triton.next_power_of_2(layout.n_limbs),
+                LIMB=layout.limb_bits, EVEN=layout.even, EXPONENT_CLAMP=_EXPONENT_CLAMP, BLOCK=DECODE_BLOCK)
 
 
 def decode_residues(c: torch.Tensor, moduli: Sequence[int], row_exponent: torch.Tensor,
                     col_exponent: torch.Tensor) -> torch.Tensor:
     """float64 ``[R, C]``: the signed integer Y with ``Y ≡ c[i] (mod moduli[i])`` and
-    ``|Y| < M/4`` (M = prod(moduli)), times ``2**(row_exponent[r] + col_exponent[c])``,
+    ``-M/2 < Y < M/2`` (M = prod(moduli)), times ``2**(row_exponent[r] + col_exponent[c])``,
     rounded once to nearest even.  ``c`` is an int32 or int64 tensor
     ``[len(moduli), R, C]`` of residues, any representative with ``|c[i]| < moduli[i]``
-    (``[0, m)`` or balanced).  Raises ValueError for a residue out of that range and
-    where |Y| reaches M/4, the moduli's capacity too small for the product (past a margin
-    of the float64 estimate, below 2**-6 * M and about N**2 * max(m) * 2**-53 * M, inside
-    which the result is the representative of Y nearest 0, rounded)."""
+    (``[0, m)`` or balanced).  Raises ValueError for a residue out of that range and, for
+    even M, where Y ≡ M/2 (mod M), the one class without a representative in the window:
+    the product reached M/2 in magnitude, the moduli's capacity too small.  Every other
+    product past the capacity is indistinguishable from its representative, which is what
+    the result rounds: the caller guarantees the capacity (the pipeline asks for
+    M > 2 * K * (2**p - 1) * (2**q - 1))."""
     if not isinstance(c, torch.Tensor) or c.dtype not in (torch.int32, torch.int64):
         raise TypeError(f"c must be an int32 or int64 tensor, got {getattr(c, 'dtype', type(c).__name__)}")
     moduli = tuple(moduli)
@@ -299,15 +334,15 @@ def decode_residues(c: torch.Tensor, moduli: Sequence[int], row_exponent: torch.
     tables = _device_tables(moduli, device)
     _decode_kernel[grid](
         c, row_exponent.contiguous(), col_exponent.contiguous(), tables["moduli"], tables["fractions"],
-        tables["weight_limbs"], tables["modulus_limbs"], out, flag,
-        cols, col_blocks, c.stride(0), c.stride(1), c.stride(2), 0.25 + layout.slack,
-        **_constexprs(len(moduli), layout.n_limbs, layout.limb_bits), num_warps=DECODE_WARPS,
+        tables["weight_limbs"], tables["modulus_limbs"], tables["half_limbs"], out, flag,
+        cols, col_blocks, c.stride(0), c.stride(1), c.stride(2),
+        **_constexprs(len(moduli), layout), num_warps=DECODE_WARPS,
     )
     worst = int(flag)
     if worst >= 2:
         raise ValueError("c holds a residue with |c[i]| >= moduli[i]: reduce it first, e.g. torch.remainder(c, m)")
     if worst == 1:
-        raise ValueError("a CRT value reaches M/4 in magnitude: the moduli's capacity is too small for these products")
+        raise ValueError(HALF_MODULUS_ERROR)
     return out
 
 
@@ -330,15 +365,15 @@ def compile_ptx(moduli: Sequence[int], capability: int = 90) -> str:
     from triton.compiler import ASTSource
 
     layout = _constants(tuple(moduli))[0]
-    constexprs = _constexprs(len(moduli), layout.n_limbs, layout.limb_bits)
+    constexprs = _constexprs(len(moduli), layout)
     pointers = {"c_ptr": "*i32", "fraction_ptr": "*fp64", "weight_limb_ptr": "*fp64", "modulus_limb_ptr": "*fp64",
-                "out_ptr": "*fp64", "flag_ptr": "*i32", "threshold": "fp64"}
+                "out_ptr": "*fp64", "flag_ptr": "*i32"}
     signature = {name: pointers.get(name, "*i64" if name.endswith("_ptr") else "i32")
                  for name in _decode_kernel.arg_names if name not in constexprs}
     # What a launch on a contiguous c specializes: the column stride is 1.
     signature["stride_cc"] = "constexpr"
     constexprs["stride_cc"] = 1
-    signature.update({name: "constexpr" for name in _constexprs(len(moduli), layout.n_limbs, layout.limb_bits)})
+    signature.update({name: "constexpr" for name in _constexprs(len(moduli), layout)})
     source = ASTSource(_decode_kernel, signature, constexprs)
     compiled = triton.compile(source, target=GPUTarget("cuda", capability, 32), options={"num_warps": DECODE_WARPS})
     return compiled.asm["ptx"]

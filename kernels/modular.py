@@ -474,12 +474,28 @@ def grouped_modular_matmul(
     n_batch = out[0, ..., 0, 0].numel()
 
     def stack(index: int) -> torch.Tensor:
-        planes = torch.cat([g[index] for g in groups]) if len(groups) > 1 else groups[0][index]
+        planes = _joined([g[index] for g in groups])
         return _to_operand(planes.reshape(planes.shape[0], n_batch, *planes.shape[-2:]), operand, config.block_k)
 
     _launch(stack(0), stack(1), coefficients, plane_start, moduli, out.view(len(groups), n_batch, m_rows, n_cols),
             operand, config, chunk)
     return out
+
+
+def _joined(parts: Sequence[torch.Tensor]) -> torch.Tensor:
+    """The planes of all groups along dim 0: a view when the parts are back-to-back slices of
+    one contiguous tensor (as the fused encode hands them over), so the largest operands of
+    the product are not copied; else a concatenated copy."""
+    first = parts[0]
+    adjacent = all(p.is_contiguous() and p.dtype == first.dtype for p in parts) and all(
+        p.untyped_storage().data_ptr() == first.untyped_storage().data_ptr()
+        and p.data_ptr() == q.data_ptr() + q.numel() * q.element_size()
+        for q, p in zip(parts, parts[1:])
+    )
+    if not adjacent:
+        return torch.cat(list(parts))
+    count = sum(p.shape[0] for p in parts)
+    return first.as_strided((count, *first.shape[1:]), first.stride(), first.storage_offset())
 
 
 def _launch(a_op: torch.Tensor, b_op: torch.Tensor, coefficients: list[int], plane_start: list[int],

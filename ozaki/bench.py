@@ -8,6 +8,8 @@ Two measurement modes, one CSV schema (:data:`COLUMNS`), one row per (shape, met
   ``accuracy="fp64"``, square n = 1024 … 16384 and two rectangular shapes, with the peak workspace
   (``torch.cuda.max_memory_allocated``), the stage breakdown when :mod:`ozaki.pipeline` offers a
   ``stage_times()`` recorder, and the plane-GEMM rates of cuBLAS INT8/FP8 that calibrate the projection.
+  Next to each measured stage and workspace: what :mod:`ozaki.cost` predicts for the plan the call used,
+  and whether ``engine="auto"`` ran the emulation or native DGEMM (``path``, from the pipeline's debug log).
 
 Inputs are the test matrices of NOTES §6, entries (rand − 0.5)·exp(phi·randn).  Accuracy is measured on a
 sample block against the exact product (Python integers), so it does not trust any float64 product.
@@ -15,7 +17,8 @@ sample block against the exact product (Python integers), so it does not trust a
 ``--project b200,b300`` adds the modeled time of every catalog plan on those devices (assumptions written
 into ``projection.md``), calibrated by this run's H200 measurements when there are any.
 
-The harness only calls ``ozaki.matmul`` with the options given; it knows nothing about how engines work.
+The harness only calls ``ozaki.matmul`` with the options given; what it reports of the inside (the plan
+and the path taken) it reads from the "ozaki" logger's debug records.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import argparse
 import csv
 import functools
+import logging
 import math
 import operator
 import platform
@@ -40,14 +44,16 @@ import numpy as np
 import torch
 
 import ozaki
-from ozaki import catalog, pipeline
+from ozaki import catalog, cost, pipeline
+from ozaki.cost import DEVICES, Device
 
 __all__ = ["COLUMNS", "DEVICES", "PROJECTION_COLUMNS", "Device", "main"]
 
 COLUMNS = (
     "date", "device", "m", "k", "n", "phi", "method", "accuracy", "engine", "status", "reps", "median_s",
     "tflops", "speedup", "rel_err_max", "rel_err_median", "comp_err_max", "workspace_bytes", "operand_bytes",
-    "workspace_ratio", "encode_s", "products_s", "decode_s",
+    "workspace_ratio", "encode_s", "products_s", "decode_s", "path", "model_s", "model_encode_s", "model_products_s",
+    "model_decode_s", "model_workspace_ratio",
 )  # fmt: skip
 _STAGES = ("encode", "products", "decode")
 PROJECTION_COLUMNS = (
@@ -64,35 +70,6 @@ _CPU_ACCURACIES = ("fp64", "exact", 40)
 _SLOW_CALL_S = 10.0
 
 
-@dataclass(frozen=True)
-class Device:
-    """Datasheet figures behind a projection: dense rates in operations per second, bytes per second."""
-
-    name: str
-    fp64: float
-    rates: dict  # digits -> dense tensor-core rate, None where the device has no such unit worth using
-    bandwidth: float
-    source: str
-
-
-# Where NOTES §6 gives a range, the end that does not flatter the emulation is taken.
-DEVICES = {
-    "h200": Device(
-        "H200", 67e12, {"int8": 1979e12, "fp8": 1979e12, "fp4": None}, 4.8e12,
-        "H200 SXM datasheet: FP64 tensor 67 TFLOP/s, INT8/FP8 dense 1979 T, HBM3e 4.8 TB/s; no FP4 units",
-    ),
-    "b200": Device(
-        "B200", 40e12, {"int8": 4.5e15, "fp8": 4.5e15, "fp4": 9e15}, 8e12,
-        "NOTES §6: dense FP4 9 P, FP8/INT8 4.5 P, FP64 37-40 T (40 taken); HBM3e 8 TB/s (datasheet)",
-    ),
-    "b300": Device(
-        "B300", 1.25e12, {"int8": None, "fp8": 4.5e15, "fp4": 13e15}, 8e12,
-        "NOTES §6: dense FP4 13-15 P (13 taken), INT8 cut to a small fraction (not projected), FP64 1.25 T; "
-        "FP8 4.5 P assumed equal to B200 (NOTES gives none); HBM3e 8 TB/s (datasheet)",
-    ),
-}  # fmt: skip
-# Stored bytes per plane value, for the traffic term of the model.
-_PLANE_BYTES = {"int8": 1.0, "fp8": 1.0, "fp4": 0.5, "int4": 0.5}
 # Efficiencies assumed when the run measured nothing on an H200 (a CPU run, or a failed calibration).
 _ASSUMED = {"tensor": 0.7, "fp64": 0.9, "bandwidth": 0.8}
 
@@ -232,13 +209,62 @@ def _block(result, case: _Case) -> np.ndarray:
     return result[np.ix_(case.rows, case.cols)]
 
 
+class _Records(logging.Handler):
+    """The pipeline's structured debug records of one call: the plan and the path taken."""
+
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.plan, self.verdict = None, None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.plan = getattr(record, "ozaki_plan", self.plan)
+        self.verdict = getattr(record, "ozaki_verdict", self.verdict)
+
+
+def _recorded_call(product: Callable) -> _Records:
+    """Runs ``product`` once with the "ozaki" logger's debug records collected (and not passed on)."""
+    logger, records = logging.getLogger("ozaki"), _Records()
+    saved = logger.level, logger.propagate
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    logger.addHandler(records)
+    try:
+        product()
+    finally:
+        logger.removeHandler(records)
+        logger.setLevel(saved[0])
+        logger.propagate = saved[1]
+    return records
+
+
+def _model_columns(case: _Case, records: _Records, profile: cost.Profile | None) -> dict:
+    """The path the call took, and the cost model's prediction for the plan it used (for a native call decided
+    before the inputs were read: the prediction it was decided on)."""
+    verdict, plan = records.verdict, records.plan
+    row = {"path": "native" if verdict is not None and verdict.native else "emulated"}
+    predicted = None if verdict is None else verdict.emulated
+    if plan is not None:
+        sizes = dict(digits=plan.engine, planes=plan.planes, moduli=len(plan.moduli))
+        if profile is not None:
+            predicted = cost.predict(profile, case.m, case.k, case.n, **sizes)
+        workspace = cost.workspace_bytes(case.m, case.k, case.n, **sizes)
+        row["model_workspace_ratio"] = workspace / (8 * (case.m * case.k + case.k * case.n + case.m * case.n))
+    if predicted is not None:
+        row.update(model_s=predicted.total, model_encode_s=predicted.encode, model_products_s=predicted.products,
+                   model_decode_s=predicted.decode)  # fmt: skip
+    return row
+
+
 def _measure(case: _Case, method: str, accuracy, engine, product: Callable, args, cuda: bool) -> dict:
     row = {"m": case.m, "k": case.k, "n": case.n, "phi": args.phi, "method": method, "accuracy": accuracy,
            "engine": engine}  # fmt: skip
     try:
         began = time.perf_counter()
-        product()  # warm-up: catalog load, kernel compilation, autotuning
+        records = _recorded_call(product)  # warm-up: catalog load, kernel compilation, autotuning
         row["reps"] = args.reps if time.perf_counter() - began < _SLOW_CALL_S else 1
+        if cuda and method == "ozaki":
+            profile = cost.profile_for(torch.cuda.get_device_name(), torch.cuda.get_device_capability())
+            row.update(_model_columns(case, records, profile))
         seconds, result = _median_seconds(product, row["reps"], cuda)
         block = _block(result, case)
         del result
@@ -379,16 +405,16 @@ def _efficiencies(rows: list[dict], calibration: dict) -> tuple[dict, list[str]]
     return eff, notes
 
 
-def _model_seconds(plan, device: Device, eff: dict, m: int, k: int, n: int) -> float | None:
-    """products × 2MKN at the calibrated plane rate, plus the memory traffic no GEMM hides: float64 A, B read
-    and C written once, every plane value written once, an int32 result per modulus written and read back."""
-    rate = device.rates.get(plan.digits)
-    if rate is None:
-        return None
-    compute = plan.products * 2 * m * k * n / (eff[plan.digits] * rate)
-    traffic = 8 * (m * k + k * n + m * n) + plan.products * (m * k + k * n) * _PLANE_BYTES[plan.digits]
-    traffic += len(plan.moduli) * m * n * 4 * 2
-    return compute + traffic / (eff["bandwidth"] * device.bandwidth)
+def _projected_profile(device: Device, eff: dict) -> cost.Profile:
+    """The device at this run's efficiencies, every stage's traffic at the calibrated bandwidth (no stage
+    efficiency, no fixed overhead): products × 2MKN at the calibrated plane rate, plus the memory traffic no
+    GEMM hides (see ozaki.cost)."""
+    return cost.Profile(
+        name=device.name, fp64=eff["fp64"] * device.fp64,
+        rates={d: None if r is None else eff[d] * r for d, r in device.rates.items()},
+        bandwidth=eff["bandwidth"] * device.bandwidth, encode_efficiency=1.0, decode_efficiency=1.0, overhead=0.0,
+        source=device.source,
+    )  # fmt: skip
 
 
 def _project(plans, devices: Sequence[str], shapes, rows: list[dict], calibration: dict):
@@ -401,15 +427,18 @@ def _project(plans, devices: Sequence[str], shapes, rows: list[dict], calibratio
     table, skipped = [], set()
     for name in devices:
         device = DEVICES[name]
+        profile = _projected_profile(device, eff)
         for plan in sorted(plans, key=lambda p: (p.digits, p.products, p.name)):
             for m, k, n in shapes:
                 if k > plan.k_max:
                     continue
-                model = _model_seconds(plan, device, eff, m, k, n)
-                if model is None:
+                predicted = cost.predict(profile, m, k, n, digits=plan.digits, planes=plan.products,
+                                         moduli=len(plan.moduli))
+                if predicted is None:
                     skipped.add(f"{plan.digits} on {device.name}")
                     continue
-                dgemm = 2 * m * k * n / (eff["fp64"] * device.fp64)
+                model = predicted.total
+                dgemm = cost.dgemm_seconds(profile, m, k, n)
                 table.append({
                     "device": device.name, "plan": plan.name, "digits": plan.digits, "products": plan.products,
                     "moduli": len(plan.moduli), "m": m, "k": k, "n": n, "model_s": model,
@@ -592,8 +621,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(_plot(rows, args.out / f"{name}.png"))
     if not any(r.get("encode_s") is not None for r in rows):
         print("stage breakdown: ozaki.pipeline has no stage_times() recorder; totals only")
-    _print_table(rows, ("m", "k", "n", "method", "accuracy", "engine", "median_s", "tflops", "speedup",
-                        "rel_err_max", "comp_err_max", "workspace_ratio", "status"))  # fmt: skip
+    _print_table(rows, ("m", "k", "n", "method", "accuracy", "engine", "path", "median_s", "model_s", "tflops",
+                        "speedup", "rel_err_max", "comp_err_max", "workspace_ratio", "model_workspace_ratio",
+                        "status"))  # fmt: skip
+    if cuda:
+        print("workspace_ratio: peak device memory of one call beyond its result over the bytes of A, B and C "
+              "(issue 6 budget: 2); model_*: ozaki.cost's predictions for the plan each call used (stages in the CSV "
+              "next to encode_s, products_s, decode_s)")
     print(f"wrote {args.out / (name + '.csv')}")
 
     if args.project:

@@ -3,30 +3,41 @@
 Garner's algorithm gives the mixed-radix digits of the unique X ∈ [0, M), M = ∏ m_i, with
 X ≡ C'_i (mod m_i):
 
-    X = v_0 + m_0·(v_1 + m_1·(v_2 + …)),     v_i ∈ [0, m_i)
+    X = v_0 + P_1·(v_1 + …) = Σ v_i·P_i,     v_i ∈ [0, m_i),  P_i = m_0 ⋯ m_{i−1}
 
-The signed product is Y = X − M when 2X ≥ M, else X (so |A'B'| < M/2 is recovered
-exactly; the decode needs |Y| < M/4 to read the sign).  Y is expanded into 21-bit limbs
-and rounded once, to nearest with ties to even, as Y · 2^exponent (exponent = −s_i − t_j
-undoes the scaling): subnormal results and overflow to ±inf included.  The bits depend only
-on the exact integer, never on the moduli.
+The signed product is the representative Y of X in (−M/2, M/2): Y = X for X ≤ G, Y = X − M
+for X > G, G = ⌊M/2⌋.  So |A'B'| < M/2 is recovered exactly, the whole window the capacity
+∏m > 2·K·(2^p − 1)(2^q − 1) pays for.  For even M the class X = G = M/2 has no
+representative in the open window (it holds both M/2 and −M/2) and is refused.
+
+The sign is decided exactly, on the digits: with g_i the digits of G,
+
+    X − G = Σ (v_i − g_i)·P_i   and   |Σ_{i<t} (v_i − g_i)·P_i| ≤ Σ_{i<t} (m_i − 1)·P_i = P_t − 1,
+
+so the most significant non-zero difference v_t − g_t (|·|·P_t ≥ P_t) has the sign of
+X − G, and X = G exactly when every difference is zero: a lexicographic comparison of the
+digit vectors from the top, no estimate and no margin.
+
+Y is expanded into 21-bit limbs and rounded once, to nearest with ties to even, as
+Y · 2^exponent (exponent = −s_i − t_j undoes the scaling): subnormal results and overflow to
+±inf included.  The bits depend only on the exact integer, never on the moduli.
 
 All of it is exact integer arithmetic carried in float64 (sums below 2^53, reductions by
-:func:`ozaki._bits.floor_mod`), done in cache-sized blocks of columns.
+:func:`ozaki._bits.floor_mod`) or int64, done in cache-sized blocks of columns.
 """
 
 from __future__ import annotations
 
 import math
 from functools import cache
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 import torch
 
 from ._bits import FLOOR_MOD_LIMIT, blocks, floor_mod, ldexp
 
-__all__ = ["garner", "round_to_float64", "signed_limbs"]
+__all__ = ["HALF_MODULUS_ERROR", "garner", "round_to_float64", "signed_limbs"]
 
 LIMB_BITS = 21
 _LIMB_MASK = (1 << LIMB_BITS) - 1
@@ -34,7 +45,11 @@ _LIMB_MASK = (1 << LIMB_BITS) - 1
 # stays below 2^53.
 _FLOAT64_EXACT = 2**53
 _GARNER_MAX_MODULUS = 2**24
-_SIGN_MARGIN = 2.0**-40
+# Both decoders (this one and kernels.decode) refuse the class of M/2 for even M alike.
+HALF_MODULUS_ERROR = (
+    "a CRT value is congruent to M/2 with M even: ±M/2 lie outside (−M/2, M/2), so the product "
+    "reaches M/2 in magnitude and the moduli's capacity is too small for these products"
+)
 _WINDOW = 4  # limbs rounded together: the top one and three under it
 # Below this magnitude a result may be subnormal, and is rounded bit by bit.
 _SMALLEST_SAFE = 2.0**-1021
@@ -120,25 +135,33 @@ def garner(c: torch.Tensor, moduli: Sequence[int]) -> torch.Tensor:
 
 
 @cache
-def _limb_constants(moduli: tuple[int, ...]) -> tuple[list[float], list[list[int]], list[int]]:
-    """X/M weights P_i/M, the 21-bit limbs of each P_i (one row per limb) and those of M."""
+def _limb_constants(moduli: tuple[int, ...]) -> tuple[list[int], list[list[int]], list[int]]:
+    """The mixed-radix digits of G = ⌊M/2⌋, the 21-bit limbs of each P_i (one row per limb)
+    and those of M."""
     modulus = math.prod(moduli)
     weights = _radix_weights(moduli)
     count = modulus.bit_length() // LIMB_BITS + 1
-    fractions = [w / modulus for w in weights]  # Python's int/int division rounds each once
+    half = [(modulus // 2 // w) % m for w, m in zip(weights, moduli)]
     chunks = [[(w >> (LIMB_BITS * c)) & _LIMB_MASK for w in weights] for c in range(count)]
     modulus_limbs = [(modulus >> (LIMB_BITS * c)) & _LIMB_MASK for c in range(count)]
-    return fractions, chunks, modulus_limbs
+    return half, chunks, modulus_limbs
 
 
-def _limb_tensors(moduli: Sequence[int], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """The X/M weights as a (1, N) row and the (L, N + 1) limb weights that map the column
+class _Limbs(NamedTuple):
+    half: torch.Tensor  # (N, 1) int64: the digits of G = ⌊M/2⌋
+    even: bool  # M is even: X = G is the class without a representative
+    weights: torch.Tensor  # (L, N + 1) float64
+
+
+def _limb_tensors(moduli: Sequence[int], device: torch.device) -> _Limbs:
+    """The digits of G and the (L, N + 1) limb weights that map the column
     (s·v_0, …, s·v_{N−1}, [Y < 0]) to the limbs of |Y| = s·X + [Y < 0]·M, s = ±1."""
     _check_moduli(moduli)
-    fractions, chunks, modulus_limbs = _limb_constants(tuple(moduli))
+    half, chunks, modulus_limbs = _limb_constants(tuple(moduli))
     weights = [row + [limb] for row, limb in zip(chunks, modulus_limbs)]
-    return (
-        torch.tensor([fractions], dtype=torch.float64, device=device),
+    return _Limbs(
+        torch.tensor(half, dtype=torch.int64, device=device)[:, None],
+        math.prod(moduli) % 2 == 0,
         torch.tensor(weights, dtype=torch.float64, device=device),
     )
 
@@ -152,43 +175,59 @@ def _small_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.mm(a, b)
 
 
-def _signed_limbs(digits: torch.Tensor, fractions: torch.Tensor, weights: torch.Tensor, zeros: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _negative(digits: torch.Tensor, half: torch.Tensor, even: bool) -> torch.Tensor:
+    """Y < 0, i.e. X > G, for digits (N, B): the sign of the most significant non-zero
+    v_t − g_t (see the module docstring).  Raises where X = G and M is even."""
+    # The top digit decides unless it ties, which needs X within P_{N−1} = M/m_{N−1} of G:
+    # products far inside the capacity (X near 0 or M) never get that far.
+    negative = digits[-1] > half[-1]
+    tied = digits[-1] == half[-1]
+    if bool(tied.any()):
+        (index,) = tied.nonzero(as_tuple=True)
+        difference = digits[:, index] - half
+        positions = torch.arange(digits.shape[0], device=digits.device)[:, None]
+        # t = 0 where every difference is zero, and then v_0 − g_0 = 0 itself says X = G.
+        top = torch.where(difference != 0, positions, 0).amax(dim=0)
+        lead = difference.gather(0, top[None])[0]
+        if even and bool((lead == 0).any()):
+            raise ValueError(HALF_MODULUS_ERROR)
+        negative[index] = lead > 0
+    return negative
+
+
+def _signed_limbs(digits: torch.Tensor, limbs: _Limbs, zeros: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Limbs of |Y| under len(zeros) zero rows (shape (len(zeros) + L, B)) and Y < 0, for
     digits (N, B); ``zeros`` is int64 (pad, ≥ B), copied rather than filled per block (fill
     wakes the thread pool)."""
     n = digits.shape[0]
+    negative = _negative(digits, limbs.half, limbs.even)
     v = torch.empty((n + 1, digits.shape[1]), dtype=torch.float64, device=digits.device)
     v[:n] = digits
-    estimate = _small_mm(fractions, v[:n])[0]
-    # The estimate errs by under N·2^-50 ≪ _SIGN_MARGIN: values with |Y| < M/4 never land in the
-    # refused band, values just past M/4 may pass but still get the right sign (far from ½).
-    if bool(((estimate > 0.25 + _SIGN_MARGIN) & (estimate < 0.75 - _SIGN_MARGIN)).any()):
-        raise ValueError("a CRT value reaches M/4 in magnitude: the moduli's capacity is too small for these products")
-    negative = estimate > 0.5
     v[n] = negative
     v[:n].mul_(v[n].mul(-2.0).add_(1.0))  # s = ±1
     # Limb c of |Y| before carries: Σ_i ±v_i·(limb c of P_i) (+ limb c of M), an integer
     # below N·max(m)·2^21 < 2^53 (checked by _check_moduli): one exact float64 product.
     pad = zeros.shape[0]
-    limbs = torch.empty((pad + weights.shape[0], v.shape[1]), dtype=torch.int64, device=v.device)
-    limbs[:pad] = zeros[:, : v.shape[1]]
-    limbs[pad:] = _small_mm(weights, v)
-    for c in range(pad, limbs.shape[0] - 1):
-        # In-place methods: `limbs[c] &= …` would also copy the row onto itself.
-        limbs[c + 1].add_(limbs[c] >> LIMB_BITS)  # arithmetic shift: a negative limb borrows
-        limbs[c].bitwise_and_(_LIMB_MASK)
-    return limbs, negative
+    out = torch.empty((pad + limbs.weights.shape[0], v.shape[1]), dtype=torch.int64, device=v.device)
+    out[:pad] = zeros[:, : v.shape[1]]
+    out[pad:] = _small_mm(limbs.weights, v)
+    for c in range(pad, out.shape[0] - 1):
+        # In-place methods: `out[c] &= …` would also copy the row onto itself.
+        out[c + 1].add_(out[c] >> LIMB_BITS)  # arithmetic shift: a negative limb borrows
+        out[c].bitwise_and_(_LIMB_MASK)
+    return out, negative
 
 
 def signed_limbs(digits: torch.Tensor, moduli: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
-    """|Y| as little-endian 21-bit limbs (shape (L, ...)) and the sign (True where Y < 0).
+    """|Y| as little-endian 21-bit limbs (shape (L, ...)) and the sign (True where Y < 0),
+    Y the representative in (−M/2, M/2) of the mixed-radix digits (see :func:`garner`).
 
-    Needs |Y| < M/4 (the pipeline asks for ∏m > 4·K·2^p·2^q): then X/M lies below ¼ or
-    above ¾, and a float64 estimate of X/M, good to N·2^-52, tells the sign unambiguously.
+    The sign is exact (a comparison of digits, see the module docstring); a ValueError says
+    that a value is congruent to M/2 with M even, the one class with no such representative.
     """
     flat = digits.reshape(digits.shape[0], -1)
     nothing = torch.empty((0, flat.shape[1]), dtype=torch.int64, device=digits.device)
-    limbs, negative = _signed_limbs(flat, *_limb_tensors(moduli, digits.device), nothing)
+    limbs, negative = _signed_limbs(flat, _limb_tensors(moduli, digits.device), nothing)
     return limbs.reshape(-1, *digits.shape[1:]), negative.reshape(digits.shape[1:])
 
 
@@ -201,20 +240,20 @@ def round_to_float64(digits: torch.Tensor, moduli: Sequence[int], exponent: torc
     """Y · 2^exponent rounded to float64 (nearest, ties to even), Y the signed CRT integer.
 
     Only the top four limbs (84 bits) can hold the 53 kept bits and the rounding bit; every
-    lower limb only matters through the sticky bit.  An exact zero gives +0.0.  Needs
-    |Y| < M/4 (see :func:`signed_limbs`).  Runs block by block; each result depends on its
-    own digits alone.
+    lower limb only matters through the sticky bit.  An exact zero gives +0.0.  Y is the
+    representative in (−M/2, M/2), as in :func:`signed_limbs` (which raises for the class of
+    M/2 when M is even).  Runs block by block; each result depends on its own digits alone.
     """
-    fractions, weights = _limb_tensors(moduli, digits.device)
+    limbs = _limb_tensors(moduli, digits.device)
     shape = digits.shape[1:]
     flat = digits.reshape(digits.shape[0], -1)
     exponent = exponent.to(torch.int64).expand(shape).reshape(-1)
     out = torch.empty(flat.shape[1], dtype=torch.float64, device=digits.device)
-    parts = blocks(flat.shape[1], _WINDOW + weights.shape[0], digits.device)
+    parts = blocks(flat.shape[1], _WINDOW + limbs.weights.shape[0], digits.device)
     zeros = torch.zeros((_WINDOW - 1, parts[0].stop if parts else 0), dtype=torch.int64, device=digits.device)
     for block in parts:
-        limbs, negative = _signed_limbs(flat[:, block], fractions, weights, zeros)
-        out[block] = _round_window(limbs, negative, exponent[block])
+        magnitude, negative = _signed_limbs(flat[:, block], limbs, zeros)
+        out[block] = _round_window(magnitude, negative, exponent[block])
     return out.reshape(shape)
 
 

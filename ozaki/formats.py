@@ -29,6 +29,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ozaki.digits import digit_set
+from ozaki.residues import crt_capacity, has_capacity
 
 __all__ = [
     "ENCODING_FORMAT",
@@ -399,8 +400,8 @@ def _verify_plan(plan: Plan, source: str) -> None:
                     f"{source}: moduli are not pairwise coprime ({m} and {n} share the factor "
                     f"{math.gcd(m, n)}): the CRT needs coprime moduli"
                 )
-    need = 2 * plan.k_max * (2**plan.input_bits - 1) ** 2
-    if plan.capacity <= need:
+    need = crt_capacity(plan.k_max, plan.input_bits, plan.input_bits)
+    if not has_capacity(plan.capacity, need):
         raise ValueError(
             f"{source}: capacity too small: product of moduli 2^{plan.capacity_bits:.2f} must exceed "
             f"2 * k_max * (2^input_bits - 1)^2 = 2^{math.log2(need):.2f} (k_max={plan.k_max}, "

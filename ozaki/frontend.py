@@ -2,17 +2,20 @@
 
 Operands are validated and promoted to float64, 1-D operands and batch dimensions are
 handled as numpy does, NaN and ±Inf are placed where numpy's matmul puts them, and each
-finite 2-D product goes through :func:`ozaki.pipeline.emulated_matmul`.
+finite 2-D product goes through :func:`ozaki.pipeline.emulated_matmul` — unless, for
+``engine="auto"`` with ``accuracy="fp64"`` on a GPU, the cost model predicts native DGEMM
+faster (:func:`ozaki.pipeline.prefers_native`).
 """
 
 from __future__ import annotations
 
+import math
 import numbers
 
 import numpy as np
 import torch
 
-from .pipeline import ENGINES, emulated_matmul
+from .pipeline import ENGINES, emulated_matmul, prefers_native
 
 __all__ = ["check_options", "matmul"]
 
@@ -86,12 +89,16 @@ def _nonfinite_pattern(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, 
 
 def _matmul_2d_batch(a: torch.Tensor, b: torch.Tensor, accuracy, engine: str) -> torch.Tensor:
     """a (..., M, K) @ b (..., K, N) with equal batch shapes, float64, finite."""
-    out = torch.empty((*a.shape[:-1], b.shape[-1]), dtype=torch.float64, device=a.device)
-    if out.numel() == 0:
-        return out
-    if a.shape[-1] == 0:
-        return out.zero_()
-    flat_a, flat_b, flat_out = a.reshape(-1, *a.shape[-2:]), b.reshape(-1, *b.shape[-2:]), out.view(-1, *out.shape[-2:])
+    shape = (*a.shape[:-1], b.shape[-1])
+    if math.prod(shape) == 0 or a.shape[-1] == 0:
+        return torch.zeros(shape, dtype=torch.float64, device=a.device)
+    flat_a, flat_b = a.reshape(-1, *a.shape[-2:]), b.reshape(-1, *b.shape[-2:])
+    if flat_a.shape[0] == 1:
+        # One product: its result is the output (a second M×N buffer would count against the
+        # workspace budget of issue 6).
+        return emulated_matmul(flat_a[0], flat_b[0], accuracy=accuracy, engine=engine).reshape(shape)
+    out = torch.empty(shape, dtype=torch.float64, device=a.device)
+    flat_out = out.view(-1, *out.shape[-2:])
     for index in range(flat_out.shape[0]):
         flat_out[index] = emulated_matmul(flat_a[index], flat_b[index], accuracy=accuracy, engine=engine)
     return out
@@ -110,13 +117,22 @@ def matmul(a, b, *, accuracy="fp64", engine: str = "auto"):
         2^-55, so |Ĉ − C| ≤ 2^-54·(|A||B|) + u·|C| + 2^-1075 (u = 2^-53; the last term is half the
         smallest subnormal), within DGEMM's worst-case bound u|C| + K·u·(|A||B|).  A float64 entry
         has at most 53 significant bits, so that target needs every row's lossless width: today
-        "fp64" returns the correctly rounded product, exactly as "exact" does.
+        "fp64" returns the correctly rounded product, exactly as "exact" does.  With the default
+        ``engine="auto"`` on a GPU, the product is computed by native float64 matmul (cuBLAS
+        DGEMM) wherever the cost model (:mod:`ozaki.cost`, fixed per device and shape, never
+        timed at call time) predicts the emulation slower; the result then carries DGEMM's
+        accuracy and is not bitwise reproducible across devices.  A debug message on the
+        ``"ozaki"`` logger says which path ran and why.  Pass ``accuracy="exact"`` or an explicit
+        engine for guaranteed emulated bits.
         ``"exact"``: the correctly rounded (nearest, ties to even) value of the exact product.
-        ``int`` b: fast mode with b bits per row; |Ĉ − C| ≤ 2^-b·(max|A_i:|·Σ|B_:j| +
-        Σ|A_i:|·max|B_:j|) + 4^-b·K·max|A_i:|·max|B_:j| + u|C| + 2^-1075 elementwise.
+        ``int`` b: fast mode with b bits per row; |Ĉ − C| ≤ ε·(max|A_i:|·Σ|B_:j| +
+        Σ|A_i:|·max|B_:j|) + ε²·K·max|A_i:|·max|B_:j| + u|C| + 2^-1075 elementwise,
+        ε = 1/(2^b − 1).
     engine:
-        ``"auto"`` (fastest exact engine for the device), ``"reference"`` (float64 BLAS on residues),
-        or a plan engine ``"int8"``, ``"fp8"``, ``"fp4"``. All engines return the same bits.
+        ``"auto"`` (fastest exact engine for the device: an int8 plan on a GPU, the reference
+        engine on the CPU; on a GPU with ``"fp64"`` possibly native DGEMM, see above),
+        ``"reference"`` (float64 BLAS on residues), or a plan engine ``"int8"``, ``"fp8"``,
+        ``"fp4"``.  All engines return the same bits.
 
     NaN and ±Inf inputs give NaN/±Inf exactly where numpy's matmul does; finite results beyond
     the float64 range become ±inf; an exact zero is +0.0.
@@ -145,8 +161,10 @@ def matmul(a, b, *, accuracy="fp64", engine: str = "auto"):
     ta = ta.expand(*batch, *ta.shape[-2:])
     tb = tb.expand(*batch, *tb.shape[-2:])
 
-    finite = bool(ta.isfinite().all()) and bool(tb.isfinite().all())
-    if finite:
+    # Decided from the shape and the device alone, before the data is read (see prefers_native).
+    if prefers_native(ta.shape[-2], ta.shape[-1], tb.shape[-1], accuracy, engine, ta.device):
+        out = torch.matmul(ta, tb)  # IEEE semantics for NaN and ±Inf, as numpy's matmul
+    elif bool(ta.isfinite().all()) and bool(tb.isfinite().all()):
         out = _matmul_2d_batch(ta, tb, accuracy, engine)
     else:
         # The finite terms go through the emulation; NaN/Inf positions are overlaid after.

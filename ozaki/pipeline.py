@@ -7,6 +7,7 @@ A', B'; every engine computes the same integers and so returns the same bits.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 import time
@@ -15,14 +16,15 @@ from typing import Union
 
 import torch
 
-from . import catalog
+from . import catalog, cost
 from .crt import garner, round_to_float64
 from .formats import Encoding
 from .products import direct_products, plane_products
-from .residues import reference_moduli, residues
+from .residues import crt_capacity, has_capacity, reference_moduli, residues
 from .scaling import exact_bits, fixed_bits, row_shifts, scale_rows
 
-__all__ = ["ENGINES", "Moduli", "choose_moduli", "emulated_matmul", "row_bits", "stage_times"]
+__all__ = ["ENGINES", "Moduli", "choose_moduli", "emulated_matmul", "native_verdict", "prefers_native", "row_bits",
+           "stage_times"]
 
 log = logging.getLogger("ozaki")
 
@@ -39,6 +41,11 @@ class Moduli:
     encodings: tuple[Encoding, ...] | None  # None: direct float64 products
     engine: str
 
+    @property
+    def planes(self) -> int:
+        """Plane GEMMs per product: one per modulus for direct products."""
+        return len(self.moduli) if self.encodings is None else sum(len(e.planes) for e in self.encodings)
+
 
 def row_bits(x: torch.Tensor, accuracy: Accuracy) -> torch.Tensor:
     """Bits kept per row of x for the requested accuracy (see :mod:`ozaki.scaling`)."""
@@ -50,7 +57,7 @@ def row_bits(x: torch.Tensor, accuracy: Accuracy) -> torch.Tensor:
 
 def _plan_moduli(digits: str, min_product: int) -> Moduli | None:
     for plan in catalog.plans_for(digits):
-        if plan.capacity > min_product:
+        if has_capacity(plan.capacity, min_product):
             encodings = tuple(catalog.encoding(name) for _, name in plan.moduli)
             return Moduli(tuple(m for m, _ in plan.moduli), encodings, digits)
     return None
@@ -58,7 +65,9 @@ def _plan_moduli(digits: str, min_product: int) -> Moduli | None:
 
 def choose_moduli(engine: str, k: int, min_product: int, device: torch.device) -> Moduli:
     """Moduli with ∏m > min_product for the engine; ``auto`` takes the fastest exact engine
-    the device has (a plan engine on CUDA, the float64 reference on the CPU)."""
+    the device has: an int8 plan on CUDA, the float64 reference on the CPU, where one calls
+    ozaki for its exactness (numpy.matmul is the DGEMM there).  Whether ``auto`` emulates at
+    all is :func:`prefers_native`'s call."""
     if engine in PLAN_ENGINES:
         chosen = _plan_moduli(engine, min_product)
         if chosen is None:
@@ -77,51 +86,101 @@ def choose_moduli(engine: str, k: int, min_product: int, device: torch.device) -
 
 
 def emulated_matmul(a: torch.Tensor, b: torch.Tensor, *, accuracy: Accuracy = "fp64", engine: str = "auto") -> torch.Tensor:
-    """C = A·B for finite float64 a (M, K) and b (K, N), K ≥ 1, on a's device."""
+    """C = A·B for finite float64 a (M, K) and b (K, N), K ≥ 1, on a's device; native float64
+    matmul instead where :func:`prefers_native` says so for the plan these inputs need."""
     k, device = a.shape[-1], a.device
     bt = b.transpose(-1, -2)
-    fused = False
 
     with _stage("encode", device):
-        # 1. Scale: A' = round(diag(2^s) A), B' = round(B diag(2^t)), |A'| ≤ 2^p, |B'| ≤ 2^q.
+        # 1. Scale: A' = round(diag(2^s) A), B' = round(B diag(2^t)), |A'| ≤ 2^p − 1, |B'| ≤ 2^q − 1.
         bits_a, bits_b = row_bits(a, accuracy), row_bits(bt, accuracy)
         p = int(bits_a.max()) if bits_a.numel() else 0
         q = int(bits_b.max()) if bits_b.numel() else 0
 
-        # |A'B'| ≤ K·2^p·2^q; the CRT recovers it exactly when ∏m > 2·K·2^p·2^q, and one more
-        # bit of capacity lets the decode read the sign from a float64 estimate (crt.signed_limbs).
-        plan = choose_moduli(engine, k, 4 * k << (p + q), device)
-        log.debug("engine %s: p=%d q=%d K=%d, %d moduli", plan.engine, p, q, k, len(plan.moduli))
+        # |A'B'| ≤ K·(2^p − 1)(2^q − 1); the CRT recovers it exactly, sign included, when
+        # ∏m > 2·K·(2^p − 1)(2^q − 1): the capacity a plan advertises for k_max and input_bits.
+        plan = choose_moduli(engine, k, crt_capacity(k, p, q), device)
+        log.debug("engine %s: p=%d q=%d K=%d, %d moduli", plan.engine, p, q, k, len(plan.moduli),
+                  extra={"ozaki_plan": plan})  # read by the bench for its model columns
+        if prefers_native(a.shape[0], k, b.shape[1], accuracy, engine, device, plan, f"rows of p={p}, q={q} bits"):
+            return torch.matmul(a, b)
 
-        # 2. Residues: A'_i = A' mod m_i, B'_i = B' mod m_i — with Triton, fused from the
-        #    float64 input straight to each modulus' digit planes, one pass per operand.
+        # With Triton, stages 2–5 run fused and streamed over blocks of A's rows.
         fused = plan.encodings is not None and _kernels_available(device)
         if fused:
             shift_a, shift_b = row_shifts(a, bits_a), row_shifts(bt, bits_b)
-            planes_a, planes_b = _encode_planes(a, bt, bits_a, bits_b, plan.encodings)
         else:
+            # 2. Residues: A'_i = A' mod m_i, B'_i = B' mod m_i.
             sa, sb = scale_rows(a, bits_a), scale_rows(bt, bits_b)
             shift_a, shift_b = sa.shift, sb.shift
             ra = residues(sa, plan.moduli)
             rb = residues(sb, plan.moduli).transpose(-1, -2)
+    if fused:
+        return _fused_by_row_blocks(a, bt, shift_a, shift_b, plan)
 
     with _stage("products", device):
         # 3. Products: C'_i = A'_i · B'_i mod m_i, each exact.
-        if fused:
-            c = _grouped_plane_products(planes_a, planes_b, plan.encodings)
-        elif plan.encodings is None:
+        if plan.encodings is None:
             c = direct_products(ra, rb, plan.moduli)
         else:
             c = plane_products(ra, rb, plan.encodings)
 
     with _stage("decode", device):
         # 4–5. CRT and unscale: C = diag(2^-s) C' diag(2^-t), rounded once.
-        if fused:
-            from kernels.decode import decode_residues  # noqa: PLC0415
-
-            return decode_residues(c, plan.moduli, -shift_a, -shift_b)
         exponent = -(shift_a[..., :, None] + shift_b[..., None, :])
         return round_to_float64(garner(c, plan.moduli), plan.moduli, exponent)
+
+
+# The width of one float64 significand.  Under accuracy="fp64" a row keeps its lossless width:
+# at least 53 bits wherever it holds a float64 that uses its whole significand, as general
+# float64 data does.  The plan for 53-bit rows is thus the cheapest such data can get, and
+# when even it is predicted slower than DGEMM the data need not be read to know.
+_SIGNIFICAND_BITS = 53
+
+
+def native_verdict(m: int, k: int, n: int, accuracy: Accuracy, engine: str, device: torch.device,
+                   plan: Moduli | None = None) -> cost.Verdict | None:
+    """The cost model's verdict (:mod:`ozaki.cost`) on emulating the M×K×N product with ``plan``
+    (default: the plan for rows of 53 bits) against native DGEMM, or None where native is no
+    option: only ``engine="auto"`` with ``accuracy="fp64"`` may run native float64 matmul, as
+    "exact", a number of bits and an explicit engine promise the emulated bits; only on a
+    device with a cost profile (on the CPU auto is the reference engine, see choose_moduli)."""
+    if engine != "auto" or accuracy != "fp64" or min(m, k, n) < 1:
+        return None
+    profile = _cost_profile(device)
+    if profile is None:
+        return None
+    if plan is None:
+        plan = choose_moduli("auto", k, crt_capacity(k, _SIGNIFICAND_BITS, _SIGNIFICAND_BITS), device)
+    return cost.verdict(profile, m, k, n, digits=plan.engine, planes=plan.planes, moduli=len(plan.moduli))
+
+
+def prefers_native(m: int, k: int, n: int, accuracy: Accuracy, engine: str, device: torch.device,
+                   plan: Moduli | None = None, basis: str = f"rows of {_SIGNIFICAND_BITS} bits") -> bool:
+    """Whether to compute the M×K×N product with native float64 matmul (:func:`native_verdict`),
+    said in a debug log either way with the predicted times; ``basis`` names what the plan
+    was chosen for."""
+    verdict = native_verdict(m, k, n, accuracy, engine, device, plan)
+    if verdict is None:
+        return False
+    log.debug("%s for %dx%dx%d (plan for %s): %s", "native float64 matmul" if verdict.native else "emulating",
+              m, k, n, basis, verdict, extra={"ozaki_verdict": verdict})
+    return verdict.native
+
+
+def _cost_profile(device: torch.device) -> cost.Profile | None:
+    if device.type != "cuda":
+        return None
+    return _cuda_profile(torch.cuda.current_device() if device.index is None else device.index)
+
+
+@functools.cache
+def _cuda_profile(index: int) -> cost.Profile | None:
+    name, capability = torch.cuda.get_device_name(index), torch.cuda.get_device_capability(index)
+    profile = cost.profile_for(name, capability)
+    if profile is None:
+        log.debug("no cost profile for %s (sm_%d%d): engine='auto' always emulates there", name, *capability)
+    return profile
 
 
 _timing = threading.local()
@@ -163,30 +222,72 @@ def _kernels_available(device: torch.device) -> bool:
     return device.type == "cuda"
 
 
-def _encode_planes(a, bt, bits_a, bits_b, encodings):
-    # Triton is needed on this path only.
+def _fused_by_row_blocks(a: torch.Tensor, bt: torch.Tensor, shift_a: torch.Tensor, shift_b: torch.Tensor,
+                         plan: Moduli) -> torch.Tensor:
+    """Stages 2–5 with Triton, streamed over blocks of ``cost.stream_rows`` rows of A so that
+    the workspace stays within issue 6's budget wherever it can: B's planes are encoded once;
+    each block is encoded, multiplied against all of B's planes and decoded into its rows of C.
+
+    The bits are those of one block of all rows.  Entry (i, j) is a function of s_i, t_j, row
+    i of A and column j of B alone: the shifts (like p, q and the plan) come from all of A and
+    B before any block; the encode is elementwise given a row's shift, so a block's planes
+    are those rows of A's planes; each plane GEMM returns the exact integer
+    Σ_k A'_ik·B'_kj mod m_i whatever M, tile, config or K chunk (kernels.modular); and the
+    decode rounds each entry from its own residues and exponents."""
+    from kernels.decode import decode_residues  # noqa: PLC0415  (Triton is needed on this path only)
     from kernels.encode import encode_planes  # noqa: PLC0415
 
-    return encode_planes(a, bits_a, encodings, "a"), encode_planes(bt.contiguous(), bits_b, encodings, "b")
+    (m, k), n = a.shape, bt.shape[0]
+    device, encodings = a.device, plan.encodings
+    rows = cost.stream_rows(m, k, n, digits=plan.engine, planes=plan.planes, moduli=len(plan.moduli))
+    # Tuned before B's planes exist: the tuner's first run times operands as large as a block's.
+    config = _plane_config(encodings, min(rows, m), n, k, device)
+    col_exponent = -shift_b
+    with _stage("encode", device):
+        # 2. Residues: B'_i = B' mod m_i as each modulus' digit planes, once (Bᵀ read in place).
+        planes_b = encode_planes(bt, shift_b, encodings, "b")
+    c = torch.empty((m, n), dtype=torch.float64, device=device)
+    for start in range(0, m, rows):
+        block = slice(start, start + rows)
+        with _stage("encode", device):
+            # 2. Residues: A'_i = A' mod m_i for the block's rows, straight from float64.
+            planes_a = encode_planes(a[block], shift_a[block], encodings, "a")
+        with _stage("products", device):
+            # 3. Products: C'_i = A'_i · B'_i mod m_i, each exact, all moduli in one launch.
+            block_residues = _grouped_plane_products(planes_a, planes_b, encodings, config)
+        # Each block's planes and residues are let go as soon as used, so that the next
+        # block reuses their memory: the peak cost.workspace_bytes models.
+        del planes_a
+        with _stage("decode", device):
+            # 4–5. CRT and unscale: C = diag(2^-s) C' diag(2^-t), rounded once.
+            c[block] = decode_residues(block_residues, plan.moduli, -shift_a[block], col_exponent)
+        del block_residues
+    return c
 
 
-def _grouped_plane_products(planes_a, planes_b, encodings: tuple[Encoding, ...]) -> torch.Tensor:
+def _plane_config(encodings: tuple[Encoding, ...], m: int, n: int, k: int, device: torch.device):
+    """The plane GEMMs' config for [planes, m, K] × [planes, n, K].  The tuner times only
+    configurations the bitwise checker proves equivalent, so the choice never changes a bit;
+    the encodings bound every plane product."""
     from kernels.autotune import tuned_plane_config  # noqa: PLC0415
-    from kernels.modular import grouped_modular_matmul, select_operand  # noqa: PLC0415
+    from kernels.modular import select_operand  # noqa: PLC0415
 
+    return tuned_plane_config(
+        select_operand(encodings[0].digits, device), m, n, k, [len(e.planes) for e in encodings],
+        max(e.max_plane_product for e in encodings), device, moduli=[e.modulus for e in encodings],
+    )
+
+
+def _grouped_plane_products(planes_a, planes_b, encodings: tuple[Encoding, ...], config) -> torch.Tensor:
+    from kernels.modular import grouped_modular_matmul  # noqa: PLC0415
+
+    # Each modulus' planes are back-to-back slices of one tensor, which the launch reads in
+    # place (kernels.modular._joined): no copy of the operands.
     groups, start = [], 0
     for encoding in encodings:
         stop = start + len(encoding.planes)
         coefficients = [plane.coefficient for plane in encoding.planes]
         groups.append((planes_a[start:stop], planes_b[start:stop], coefficients, encoding.modulus))
         start = stop
-    # The tuner times only configurations the bitwise checker proves equivalent, so the
-    # choice never changes a bit; the encodings bound every plane product.
-    digits, device = encodings[0].digits, planes_a.device
-    (m, k), n = planes_a.shape[-2:], planes_b.shape[-2]
-    config = tuned_plane_config(
-        select_operand(digits, device), m, n, k, [len(e.planes) for e in encodings],
-        max(e.max_plane_product for e in encodings), device, moduli=[e.modulus for e in encodings],
-    )
     # Residues below 2^31 fit int32: half the memory of the default int64 for the same bits.
-    return grouped_modular_matmul(groups, digits=digits, config=config, out_dtype=torch.int32)
+    return grouped_modular_matmul(groups, digits=encodings[0].digits, config=config, out_dtype=torch.int32)

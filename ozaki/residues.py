@@ -7,8 +7,9 @@ float64 pieces whose weighted sum mod m is exact (see :func:`residues`), or, for
 too wide for that, reduced as ``(mantissa mod m)·(2^exponent mod m) mod m`` in int64.  No
 big integer is ever formed.
 
-Also here: the moduli of the reference engine, the largest primes that keep a float64
-BLAS product of residues exact.
+Also here: the capacity the moduli of every engine must reach (:func:`crt_capacity`,
+:func:`has_capacity`), and the moduli of the reference engine, the largest primes that keep a
+float64 BLAS product of residues exact.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import torch
 from ._bits import FLOOR_MOD_LIMIT, blocks, floor_mod, pow2
 from .scaling import Scaled
 
-__all__ = ["balanced", "reference_moduli", "residues", "FLOAT64_EXACT"]
+__all__ = ["balanced", "crt_capacity", "has_capacity", "reference_moduli", "residues", "FLOAT64_EXACT"]
 
 # float64 sums are exact while every partial sum is an integer below 2^53.
 FLOAT64_EXACT = 2**53
@@ -115,10 +116,29 @@ def _residues_int64(mantissa: torch.Tensor, exponent: torch.Tensor, m: int, max_
     return balanced(r, m)
 
 
+def crt_capacity(k: int, p: int, q: int) -> int:
+    """2·K·(2^p − 1)(2^q − 1), the number the product of the moduli must exceed for a
+    product of K terms of p- and q-bit integers: every entry of A'·B' is an integer with
+    |Y| ≤ K·(2^p − 1)(2^q − 1) (|a'| ≤ 2^p − 1, |b'| ≤ 2^q − 1: see ozaki.scaling), which
+    ∏m > 2·|Y| puts strictly inside (−∏m/2, ∏m/2), where the CRT decodes exactly
+    (ozaki.crt).  It is the ``ozaki-plan/1`` capacity with k_max = K, input_bits = p = q."""
+    for name, value in (("K", k), ("p", p), ("q", q)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+    return 2 * k * ((1 << p) - 1) * ((1 << q) - 1)
+
+
+def has_capacity(product: int, capacity: int) -> bool:
+    """Whether moduli with this product serve ``capacity`` (from :func:`crt_capacity`): the
+    comparison every engine's choice of moduli makes, strict because ±∏m/2 are not decoded."""
+    return product > capacity
+
+
 def reference_moduli(k: int, min_product: int) -> tuple[int, ...]:
     """Primes m, largest first, with min(K, 2^16)·⌊m/2⌋² < 2^53 (a float64 GEMM of balanced
-    residues over that many terms is exact in any summation order) and ∏m > min_product.  They stay below 2^22, which keeps
-    the CRT's float64 sums exact for up to 512 moduli (over 10000 bits)."""
+    residues over that many terms is exact in any summation order) that serve ``min_product``
+    (:func:`has_capacity`).  They stay below 2^22, which keeps the CRT's float64 sums exact
+    for up to 512 moduli (over 10000 bits)."""
     if k < 1:
         raise ValueError(f"K must be positive, got {k}")
     # Longer K is cut into chunks of _MAX_CHUNK (see products.direct_products) rather than
@@ -126,7 +146,7 @@ def reference_moduli(k: int, min_product: int) -> tuple[int, ...]:
     k = min(k, _MAX_CHUNK)
     half = min(math.isqrt((FLOAT64_EXACT - 1) // k), _MAX_HALF)  # the largest ⌊m/2⌋ with K·⌊m/2⌋² < 2^53
     count = 1
-    while math.prod(moduli := _primes_below(2 * half + 1, count)) <= min_product:
+    while not has_capacity(math.prod(moduli := _primes_below(2 * half + 1, count)), min_product):
         count += 1
     return moduli
 

@@ -1,11 +1,13 @@
 """Stage 1, scaling: a row of float64 values becomes a row of integers.
 
-    A'_ik = round(A_ik · 2^s_i),   s_i = p_i − top_i,   |A'_ik| ≤ 2^p_i
+    A'_ik = round(A_ik · 2^s_i),   s_i = p_i − top_i,   |A'_ik| ≤ 2^p_i − 1
 
-where ``top_i`` is the smallest integer with every |A_ik| < 2^top_i and ``p_i`` the bits
-kept for that row.  Rounding is to nearest, ties to even; it is the only lossy step of
-the whole emulation, so the choice of ``p_i`` decides the accuracy.  Columns of B are
-rows of Bᵀ.
+``p_i`` is the number of bits kept for the row: every integer fits p_i bits, which is what
+the CRT's capacity 2·K·(2^p − 1)(2^q − 1) counts (the ``input_bits`` of a plan).  ``top_i``
+is the smallest integer with every |A_ik| < 2^top_i, plus one where rounding would carry
+the row maximum up to 2^p_i (see :func:`row_shifts`; never in lossless mode).  Rounding is
+to nearest, ties to even; it is the only lossy step of the whole emulation, so the choice
+of ``p_i`` decides the accuracy.  Columns of B are rows of Bᵀ.
 
 Every integer is kept as ``mantissa · 2^exponent`` (``exponent ≥ 0``, ``|mantissa| ≤ 2^53``)
 so rows may keep any number of bits — far more than int64 holds — and residues are taken
@@ -38,7 +40,7 @@ class Scaled:
     mantissa: torch.Tensor  # int64, |mantissa| ≤ 2^53
     exponent: torch.Tensor  # int64, ≥ 0
     shift: torch.Tensor  # int64, one per row
-    bits: torch.Tensor  # int64, one per row: every |integer| ≤ 2^bits
+    bits: torch.Tensor  # int64, one per row: every |integer| ≤ 2^bits − 1
 
 
 _SIGN_MASK = (1 << 63) - 1  # clears the sign bit of an IEEE pattern: the bits of |x|
@@ -70,15 +72,14 @@ def _frexp_exponent(magnitude_bits: torch.Tensor) -> torch.Tensor:
     return torch.frexp(magnitude_bits.view(torch.float64))[1].to(torch.int64)
 
 
-def _top(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per row, the smallest integer ``top`` with every |x| < 2^top, and whether the row
-    has a non-zero entry.  IEEE patterns of non-negative floats order as their values, so
-    the largest |x| is the largest masked pattern."""
+def _row_max(x: torch.Tensor) -> torch.Tensor:
+    """Per row, the largest |x| (float64).  IEEE patterns of non-negative floats order as
+    their values, so it is the largest masked pattern."""
     rows = _rows(x)
     row_max = torch.empty(rows.shape[0], dtype=torch.int64, device=x.device)
     for block in blocks(rows.shape[0], rows.shape[1], x.device):
         row_max[block] = (rows[block] & _SIGN_MASK).amax(dim=-1)
-    return _frexp_exponent(row_max).reshape(x.shape[:-1]), (row_max > 0).reshape(x.shape[:-1])
+    return row_max.view(torch.float64).reshape(x.shape[:-1])
 
 
 def _row_extents(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -119,22 +120,41 @@ def exact_bits(x: torch.Tensor) -> torch.Tensor:
 def fixed_bits(x: torch.Tensor, bits: int) -> torch.Tensor:
     """``bits`` per row (fast mode), never more than the row's lossless width.
 
-    Error: an entry moves by at most 2^(top_i − bits − 1) < 2^-bits · max_k |A_ik|, so
-    |Ĉ_ij − C_ij| ≤ 2^-bits (max|A_i:|·Σ_k|B_kj| + Σ_k|A_ik|·max|B_:j|) + 4^-bits·K·max|A_i:|·max|B_:j| + u|C_ij|.
+    Error: an entry moves by less than max_k |A_ik| / (2^bits − 1) (half a unit of the
+    row's grid 2^-s_i, see :func:`row_shifts`), so with ε = 1/(2^bits − 1)
+    |Ĉ_ij − C_ij| ≤ ε (max|A_i:|·Σ_k|B_kj| + Σ_k|A_ik|·max|B_:j|) + ε²·K·max|A_i:|·max|B_:j| + u|C_ij|.
     """
     return torch.minimum(exact_bits(x), torch.tensor(bits, dtype=torch.int64, device=x.device))
 
 
 def row_shifts(x: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:
-    """s_i = p_i − top_i per row (0 for a zero row): every |x_ik · 2^s_i| < 2^p_i."""
+    """s_i = p_i − top_i per row (0 for a zero row): every |round(x_ik · 2^s_i)| ≤ 2^p_i − 1.
+
+    With t the smallest integer with every |x_ik| < 2^t, the shift p − t puts every
+    |x_ik·2^s| below 2^p, but rounding may carry the row maximum up to 2^p itself, one bit
+    too many for the CRT's capacity.  Rounding is monotone, so that happens exactly when
+    the row maximum rounds to 2^p; then top = t + 1 puts every |x_ik·2^s| below 2^(p−1),
+    whose rounding stays ≤ 2^(p−1) ≤ 2^p − 1 (below ½, so 0, when p = 0).  The row keeps
+    one bit less, and an entry moves by at most 2^(t−p) against a maximum of at least
+    2^t − 2^(t−p−1): less than max/(2^p − 1), as without the carry (2^(t−p−1) against at
+    least 2^(t−1)).  Lossless rows never carry: their entries scale to integers below 2^p,
+    which rounding leaves alone; nor does any row of p ≥ 53 bits, as a float64 maximum has
+    at most 53 significant bits.
+    """
     if x.dtype != torch.float64:
         raise TypeError(f"scaling needs float64 input, got {x.dtype}")
     if bits.shape != x.shape[:-1]:
         raise ValueError(f"bits has shape {tuple(bits.shape)}, expected one entry per row {tuple(x.shape[:-1])}")
     if bits.numel() and int(bits.min()) < 0:
         raise ValueError("bits per row must be non-negative")
-    top, has_nonzero = _top(x)
-    return torch.where(has_nonzero, bits - top, 0)
+    row_max = _row_max(x)
+    has_nonzero = row_max > 0
+    shift = torch.where(has_nonzero, bits - torch.frexp(row_max)[1].to(torch.int64), 0)
+    # Below 53 bits the scaled maximum lies in [2^(p−1), 2^p) ⊂ [½, 2^52): exact, and round_'s range.
+    narrow = has_nonzero & (bits < _MANTISSA_BITS)
+    scaled = ldexp(row_max, torch.where(narrow, shift, 0))
+    carry = narrow & (round_(scaled, keep=~narrow) == pow2(bits.clamp(max=_MANTISSA_BITS - 1)))
+    return shift - carry.to(torch.int64)
 
 
 def scale_rows(x: torch.Tensor, bits: torch.Tensor) -> Scaled:

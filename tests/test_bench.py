@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import logging
 import math
 from fractions import Fraction
 from types import SimpleNamespace
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 import ozaki
-from ozaki import bench, pipeline
+from ozaki import bench, cost, pipeline
 
 U = 2.0**-53
 
@@ -175,3 +176,32 @@ def test_projection_without_measurements_says_it_assumed():
     table, notes = bench._project([_plan("f", "fp4", 59, 21, 16384)], ["b200"], [(512, 512, 512)], [], {})
     assert [r["calibration"] for r in table] == ["assumed"]
     assert sum("ASSUMED" in n for n in notes) == 4  # int8, fp8, fp64 and bandwidth efficiencies
+
+
+def test_projection_and_runtime_model_share_one_device_table():
+    assert bench.DEVICES is cost.DEVICES and bench.Device is cost.Device
+    assert bench._device_list("h100,a100") == ("h100", "a100")
+
+
+def test_plan_and_path_are_read_from_the_debug_log(monkeypatch):
+    h200 = cost.profile_for("NVIDIA H200", (9, 0))
+    logger = logging.getLogger("ozaki")
+    before = logger.level, logger.propagate, list(logger.handlers)
+    a, b = np.ones((4, 8)), np.ones((8, 3))
+    records = bench._recorded_call(lambda: ozaki.matmul(a, b, engine="reference"))
+    assert (logger.level, logger.propagate, logger.handlers) == before  # restored
+    assert records.plan.engine == "reference" and records.verdict is None
+    case = SimpleNamespace(m=4, k=8, n=3)
+    row = bench._model_columns(case, records, h200)
+    plan = records.plan
+    want = cost.predict(h200, 4, 8, 3, digits="reference", planes=len(plan.moduli), moduli=len(plan.moduli))
+    assert row["path"] == "emulated" and row["model_s"] == want.total and row["model_encode_s"] == want.encode
+    assert row["model_workspace_ratio"] == cost.workspace_bytes(
+        4, 8, 3, digits="reference", planes=len(plan.moduli), moduli=len(plan.moduli)) / (8 * (32 + 24 + 12))
+
+    # engine="auto" on a device whose profile predicts DGEMM faster: native, decided before any plan.
+    monkeypatch.setattr(pipeline, "_cost_profile", lambda device: h200)
+    records = bench._recorded_call(lambda: ozaki.matmul(a, b))
+    row = bench._model_columns(case, records, h200)
+    assert records.plan is None and row["path"] == "native"
+    assert row["model_s"] == records.verdict.emulated.total and "model_workspace_ratio" not in row

@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernels.decode import decode_residues, reference_decode
+from ozaki.crt import HALF_MODULUS_ERROR
 
 ROOT = Path(__file__).resolve().parents[1]
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -56,6 +57,11 @@ def residues_of(values: list[list[int]], moduli, balanced: bool = False, dtype=t
     return torch.tensor([[[rep(y, m) for y in row] for row in values] for m in moduli], dtype=dtype, device=DEVICE)
 
 
+def window(mods) -> int:
+    """(M - 1) // 2: the largest |Y| with a representative in (-M/2, M/2), for odd and even M."""
+    return (math.prod(mods) - 1) // 2
+
+
 def special_values(limit: int, rng: random.Random) -> list[int]:
     """Zero, +-1, values near +-limit, and integers whose 53-bit rounding is a tie or just off one."""
     out = [0, 1, -1, limit - 1, -(limit - 1), limit // 2, -(limit // 3)]
@@ -67,12 +73,12 @@ def special_values(limit: int, rng: random.Random) -> list[int]:
 
 
 def grid_case(mods, exponents: str, seed: str, rows: int = 5):
-    """A rows x cols grid of products with row and column exponents.  They stay 2**-40 * M
-    below M/4: ozaki.crt's sign estimate may refuse values closer to the edge."""
+    """A rows x cols grid of products with row and column exponents, up to the edges
+    +-(M - 1) // 2 of the window (-M/2, M/2) and just inside them."""
     rng = random.Random(seed)
-    limit = math.prod(mods) // 4 - (math.prod(mods) >> 40)
-    values = special_values(limit, rng)
-    values += [rng.choice([-1, 1]) * rng.randrange(2 ** rng.randrange(1, limit.bit_length())) for _ in range(60)]
+    edge = window(mods)
+    values = special_values(edge + 1, rng) + [s * (edge - j) for j in range(1, 4) for s in (1, -1) if j < edge]
+    values += [rng.choice([-1, 1]) * rng.randrange(2 ** rng.randrange(1, (edge + 1).bit_length())) for _ in range(60)]
     values += [0] * (-len(values) % rows)
     grid = [values[i::rows] for i in range(rows)]
     low, high = {"moderate": (-300, 300), "subnormal": (-1200, -900), "overflow": (850, 1100)}[exponents]
@@ -104,15 +110,45 @@ def test_decode_equals_staged_path(moduli, exponents):
     assert same_bits(decode_residues(residues_of(grid, mods, balanced=True, dtype=torch.int32), mods, row, col), got)
 
 
+def edge_values(mods) -> list[int]:
+    """+-(M - 1) // 2 and the three integers inside each edge (where they exist)."""
+    edge = window(mods)
+    return sorted({s * (edge - j) for j in range(4) for s in (1, -1) if j <= edge})
+
+
+def estimate_error(y: int, mods) -> int:
+    """round(E) - q for the product y: E = sum c_i * fl(inv_i / m_i) summed left to right in
+    float64 without fused multiply-adds (as the interpreter computes it), q the quotient
+    with X' = q * M + y.  Non-zero: the float64 estimate picks the wrong q, and only the
+    exact comparison with +-floor(M/2) corrects it."""
+    big, estimate, total = math.prod(mods), 0.0, 0
+    for m in mods:
+        inverse = pow(big // m, -1, m)
+        estimate += (y % m) * (inverse / m)
+        total += (y % m) * (big // m) * inverse
+    return math.floor(estimate + 0.5) - (total - y) // big
+
+
+def test_edge_values_mislead_the_estimate_both_ways():
+    # The edge tests below reach the correction: at +-(M - 1) // 2, X'/M lies within 1/M of
+    # a half-integer, and the float64 estimate rounds to either neighbour.
+    errors = {estimate_error(y, MODULI[name]) for name in MODULI for y in edge_values(MODULI[name])}
+    assert errors == {-1, 0, 1}
+
+
 @pytest.mark.parametrize("moduli", sorted(MODULI | BEYOND_REFERENCE))
-def test_capacity_edge_decodes(moduli):
-    # |Y| = M/4 - 1 is inside the contract: the check's slack must not refuse it.
+def test_window_edges_decode(moduli):
+    # |Y| up to (M - 1) // 2, both signs, odd and even M: the sign is exact to the last unit.
     mods = (MODULI | BEYOND_REFERENCE)[moduli]
-    edge = math.prod(mods) // 4 - 1
-    values = [edge, -edge, edge - 1, -(edge - 1)]
-    row, col = torch.tensor([-30], dtype=torch.int64, device=DEVICE), torch.zeros(4, dtype=torch.int64, device=DEVICE)
-    got = decode_residues(residues_of([values], mods), mods, row, col)
+    values = edge_values(mods)
+    row = torch.tensor([-30], dtype=torch.int64, device=DEVICE)
+    col = torch.zeros(len(values), dtype=torch.int64, device=DEVICE)
+    c = residues_of([values], mods)
+    got = decode_residues(c, mods, row, col)
     assert got.tolist() == [[exact(y, -30) for y in values]]
+    assert same_bits(decode_residues(residues_of([values], mods, balanced=True), mods, row, col), got)
+    if moduli in MODULI:
+        assert same_bits(got, reference_decode(c, mods, row, col))
 
 
 @pytest.mark.parametrize("moduli", sorted(BEYOND_REFERENCE))
@@ -139,8 +175,9 @@ def test_strided_residues():
        row=st.integers(-1250, 1100), col=st.integers(-100, 100))
 def test_decode_any_product(data, moduli, row, col):
     mods = MODULI[moduli]
-    limit = math.prod(mods) // 4 - (math.prod(mods) >> 40)
-    values = data.draw(st.lists(st.integers(-(limit - 1), limit - 1), min_size=1, max_size=20))
+    edge = window(mods)
+    near_edge = st.builds(lambda s, j: s * (edge - j), st.sampled_from([1, -1]), st.integers(0, 2**30))
+    values = data.draw(st.lists(st.one_of(st.integers(-edge, edge), near_edge), min_size=1, max_size=20))
     c = residues_of([values], mods)
     row_exp = torch.tensor([row], dtype=torch.int64, device=DEVICE)
     col_exp = torch.full((len(values),), col, dtype=torch.int64, device=DEVICE)
@@ -149,19 +186,34 @@ def test_decode_any_product(data, moduli, row, col):
     assert got.tolist() == [[exact(y, row + col) for y in values]]
 
 
-@pytest.mark.parametrize("moduli", ["int8-20", "three", "primes-2^22"])
-@pytest.mark.parametrize("where", ["just past M/4", "0.3 M", "M/2 - 1", "M/2"])
-def test_products_past_the_capacity_raise(moduli, where):
-    # |Y| >= M/4 past the float64 estimate's slack (below 2**-20 * M here): the caller's
-    # capacity was too small, and no result is returned.
+@pytest.mark.parametrize("moduli", sorted(name for name in MODULI if math.prod(MODULI[name]) % 2 == 0))
+def test_half_of_an_even_modulus_raises(moduli):
+    # Y = +-M/2 (one class mod M) has no representative in (-M/2, M/2): the product
+    # reached M/2, the caller's capacity was too small, and no result is returned.
+    mods = MODULI[moduli]
+    half = math.prod(mods) // 2
+    row, col = torch.zeros(1, dtype=torch.int64, device=DEVICE), torch.zeros(3, dtype=torch.int64, device=DEVICE)
+    for values in ([1, half, 2], [-half, 0, 0]):
+        c = residues_of([values], mods)
+        with pytest.raises(ValueError, match=HALF_MODULUS_ERROR.split(":")[0]):
+            decode_residues(c, mods, row, col)
+        with pytest.raises(ValueError, match=HALF_MODULUS_ERROR.split(":")[0]):
+            reference_decode(c, mods, row, col)
+
+
+@pytest.mark.parametrize("moduli", ["one", "wide", "primes-2^22", "int8-20", "three"])
+def test_products_past_the_window_are_their_representatives(moduli):
+    # Any other |Y| >= M/2 is congruent to a value inside the window, which the residues
+    # cannot tell apart: the decode returns that representative (the pipeline's capacity
+    # keeps every product inside).
     mods = MODULI[moduli]
     big = math.prod(mods)
-    y = {"just past M/4": big // 4 + 1 + (big >> 20), "0.3 M": big * 3 // 10, "M/2 - 1": big // 2 - 1,
-         "M/2": big // 2}[where]
-    row, col = torch.zeros(1, dtype=torch.int64, device=DEVICE), torch.zeros(3, dtype=torch.int64, device=DEVICE)
-    for values in ([1, y, 2], [-y, 0, 0]):
-        with pytest.raises(ValueError, match="reaches M/4"):
-            decode_residues(residues_of([values], mods), mods, row, col)
+    values = [y for y in (big // 2 + 1, big // 2 + 2, big - 1, big + 5, -(big // 2) - 1) if 2 * abs(y % big) != big]
+    want = [y % big - big * (2 * (y % big) > big) for y in values]
+    row = torch.zeros(1, dtype=torch.int64, device=DEVICE)
+    col = torch.zeros(len(values), dtype=torch.int64, device=DEVICE)
+    got = decode_residues(residues_of([values], mods), mods, row, col)
+    assert got.tolist() == [[exact(w, 0) for w in want]]
 
 
 @pytest.mark.parametrize(
@@ -216,7 +268,7 @@ def test_empty_grid():
         (dict(row=lambda r: r.int()), ValueError, "row_exponent"),
         (dict(col=lambda r: r[:1]), ValueError, "col_exponent"),
         (dict(row=lambda r: r.to("meta")), ValueError, "one device"),
-        (dict(c=lambda c: residues_of([[200, 1], [3, 4]], [7, 8, 9])), ValueError, "reaches M/4"),
+        (dict(c=lambda c: residues_of([[252, 1], [3, 4]], [7, 8, 9])), ValueError, "congruent to M/2"),
     ],
 )
 def test_bad_decode_calls_raise(change, error, message):

@@ -1,9 +1,19 @@
 """The fused encode kernel writes exactly the planes of the staged torch path:
-``scale_rows`` -> ``residues`` -> ``products.encode_planes`` (the plain reference)."""
+``scale_rows`` -> ``residues`` -> ``products.encode_planes`` (the plain reference), for
+every kind of encoding (computed identity planes, looked-up planes, int16 planes, moduli up
+to the kernel's bound) and every kind of row; and it compiles for sm_90 to exact float
+residue arithmetic without 64-bit division."""
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import subprocess
+import sys
 import zlib
+from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,13 +21,15 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernels.encode import encode_planes
+from kernels import encode
+from kernels.encode import MAX_MODULUS, MAX_SHIFT, encode_planes
 from ozaki import products
 from ozaki.digits import digit_set
 from ozaki.formats import encoding_from_dict
 from ozaki.residues import residues
-from ozaki.scaling import exact_bits, fixed_bits, scale_rows
+from ozaki.scaling import exact_bits, fixed_bits, row_shifts, scale_rows
 
+ROOT = Path(__file__).resolve().parents[1]
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
@@ -32,9 +44,9 @@ def _one_limb(m: int, digits: str, coefficients=(1,), largest=False):
                      [{"a": [1], "b": [1], "coefficient": c} for c in coefficients])
 
 
-def _two_limb(m: int, n: int = 13):
-    """x = d0 + n·d1 with fp4 digits d0 ≡ x (mod n) and small d1; four planes, λ = (1, n, n, n²)."""
-    allowed = sorted(digit_set("fp4"), key=lambda d: (abs(d), d))
+def _two_limb(m: int, n: int = 13, digits: str = "fp4"):
+    """x = d0 + n·d1 with digits d0 ≡ x (mod n) and small d1; four planes, λ = (1, n, n, n²)."""
+    allowed = sorted(digit_set(digits), key=lambda d: (abs(d), d))
     lo = -(m // 2)
     limbs = []
     for x in range(lo, lo + m):
@@ -43,7 +55,7 @@ def _two_limb(m: int, n: int = 13):
     side = {"min": lo, "max": lo + m - 1, "weights": [1, n], "limbs": limbs}
     planes = [{"a": [int(i == 0), int(i == 1)], "b": [int(j == 0), int(j == 1)], "coefficient": n ** (i + j)}
               for i in range(2) for j in range(2)]
-    return _encoding(f"res{m}-fp4-4", m, "fp4", side, side, planes)
+    return _encoding(f"res{m}-{digits}-4", m, digits, side, side, planes)
 
 
 def _encoding(name, m, digits, a, b, planes):
@@ -54,11 +66,19 @@ def _encoding(name, m, digits, a, b, planes):
 FP4 = [_one_limb(7, "fp4"), _one_limb(8, "fp4", (3, -2)), _one_limb(13, "fp4", (3, -1, 12)), _two_limb(89)]
 INT8 = [_one_limb(256, "int8"), _one_limb(251, "int8"), _one_limb(255, "int8")]
 FP8 = [_one_limb(17, "fp8", (9, -8), largest=True), _one_limb(13, "fp8")]  # values to 448: int16 planes
+# Moduli at the kernel's bound (2**12: its float32 step stays below 2**24), int8 digits in two
+# limbs of base 64, next to a one-plane identity encoding: both plane paths in one launch.
+WIDE = [_two_limb(MAX_MODULUS, 64, "int8"), _two_limb(4093, 64, "int8"), _one_limb(251, "int8"), _one_limb(2, "int8")]
+ENCODINGS = {"fp4": FP4, "int8": INT8, "fp8": FP8, "wide": WIDE}
 
 
 def staged(x: torch.Tensor, bits: torch.Tensor, encodings, side: str) -> torch.Tensor:
     r = residues(scale_rows(x, bits), [e.modulus for e in encodings])
     return torch.cat([products.encode_planes(r[i], e, side) for i, e in enumerate(encodings)])
+
+
+def fused(x: torch.Tensor, bits: torch.Tensor, encodings, side: str) -> torch.Tensor:
+    return encode_planes(x, row_shifts(x, bits), encodings, side)
 
 
 def rows(rng: np.random.Generator, shape, kind: str) -> torch.Tensor:
@@ -70,6 +90,13 @@ def rows(rng: np.random.Generator, shape, kind: str) -> torch.Tensor:
         x = rng.standard_normal(shape) * 2.0 ** rng.integers(-1000, 1000, shape)
         x[..., ::5] = 0.0
         x[..., 1::7] = -0.0
+    elif kind == "extremes":  # the largest finite, the smallest subnormal, rows of (signed) zeros
+        x = rng.choice([1.0, -1.0], shape) * rng.choice([np.finfo(np.float64).max, 5e-324, 1.0, 2.0**-1022], shape)
+        x[..., 0, :] = 0.0
+        x[..., 1, :] = -0.0
+        x[..., 2, ::3] = 0.0
+    elif kind == "integers":  # 53-bit odd integers: every significand bit set at the bottom
+        x = (rng.integers(2**51, 2**52, shape) * 2 + 1).astype(np.float64) * rng.choice([1.0, -1.0], shape)
     else:  # ties: |x| in [64, 128) has top 7, so 7 bits keep the integer part of k + 0.5
         x = rng.choice([-1.0, 1.0], shape) * (rng.integers(64, 127, shape) + 0.5)
     return torch.tensor(x, dtype=torch.float64, device=DEVICE)
@@ -79,18 +106,67 @@ BITS = {"exact": exact_bits, "fixed7": lambda x: fixed_bits(x, 7),
         "fixed60": lambda x: fixed_bits(x, 60)}
 
 
-@pytest.mark.parametrize("kind", ["phi", "subnormal", "wide", "ties"])
+@pytest.mark.parametrize("kind", ["phi", "subnormal", "wide", "ties", "extremes", "integers"])
 @pytest.mark.parametrize("bits", sorted(BITS))
-@pytest.mark.parametrize("encodings", [FP4, INT8, FP8], ids=["fp4", "int8", "fp8"])
+@pytest.mark.parametrize("name", sorted(ENCODINGS))
 @pytest.mark.parametrize("side", ["a", "b"])
-def test_fused_encode_equals_staged_path(kind, bits, encodings, side):
-    rng = np.random.default_rng(zlib.crc32(f"{kind}-{bits}-{side}-{len(encodings)}".encode()))
+def test_fused_encode_equals_staged_path(kind, bits, name, side):
+    rng = np.random.default_rng(zlib.crc32(f"{kind}-{bits}-{side}-{name}".encode()))
     x = rows(rng, (2, 9, 150), kind)  # batch 2, 9 rows, K 150: ragged against the tiles
     b = BITS[bits](x)
-    got = encode_planes(x, b, encodings, side)
-    want = staged(x, b, encodings, side)
-    assert got.dtype == (torch.int16 if encodings is FP8 else torch.int8)
+    got = fused(x, b, ENCODINGS[name], side)
+    want = staged(x, b, ENCODINGS[name], side)
+    assert got.dtype == (torch.int16 if name == "fp8" else torch.int8)
     assert torch.equal(got.long(), want)
+
+
+def test_one_plane_storing_the_input_takes_the_computed_path():
+    # The kernel skips the table lookup for these; the tests above prove the bits equal.
+    every = FP4 + INT8 + FP8 + WIDE
+    computed = {e.name for e in every if encode._is_identity(e.plane_table("a"), e.a.min, e.modulus)}
+    assert computed == {"res7-fp4-1", "res256-int8-1", "res251-int8-1", "res255-int8-1", "res13-fp8-1",
+                        "res2-int8-1"}
+
+
+def test_power_table():
+    moduli = (2, 3, 8, 13, 251, 256, 4093, MAX_MODULUS)
+    table = encode._power_table(moduli, 2048, torch.device("cpu"))
+    assert table.dtype == torch.float32 and table.shape == (2048, len(moduli))
+    assert table.t().long().tolist() == [[pow(2, p, m) for p in range(2048)] for m in moduli]
+
+
+@pytest.mark.parametrize("side", ["a", "b"])
+def test_transposed_view_is_read_in_place(side):
+    # The pipeline passes Bᵀ as a view of B (rows strided by 1, K strided by N).
+    rng = np.random.default_rng(5)
+    b = rows(rng, (150, 9), "phi")
+    bt = b.t()
+    bits = exact_bits(bt)
+    assert not bt.is_contiguous()
+    assert torch.equal(fused(bt, bits, WIDE, side).long(), staged(bt.contiguous(), bits, WIDE, side))
+
+
+def _exact_planes(x: torch.Tensor, shift: int, encodings, side: str) -> torch.Tensor:
+    """Planes from Python's exact rationals: round(x·2^shift) (ties to even), mod m, table."""
+    out = []
+    for e in encodings:
+        operand, table = (e.a if side == "a" else e.b), e.plane_table(side)
+        index = [[(round(Fraction(v) * Fraction(2) ** shift) - operand.min) % e.modulus for v in row]
+                 for row in x.tolist()]
+        out.extend([[plane[i] for i in row] for row in index] for plane in table)
+    return torch.tensor(out, dtype=torch.int64)
+
+
+def test_any_shift_in_range_rounds_to_nearest_even():
+    # Shifts far past a row's bits (huge integers) and far below (all rounds to 0, ties
+    # included) go through the same kernel arithmetic; checked against exact rationals.
+    rng = np.random.default_rng(6)
+    x = torch.cat([rows(rng, (2, 40), "phi"), rows(rng, (2, 40), "ties"), rows(rng, (2, 40), "wide")])
+    for shift in (-MAX_SHIFT, -1100, -60, -7, -1, 0, 1, 700, 3000, MAX_SHIFT):
+        s = torch.full((6,), shift, dtype=torch.int64, device=DEVICE)
+        for encodings in (INT8, FP4):
+            got = encode_planes(x, s, encodings, "a").long().cpu()
+            assert torch.equal(got, _exact_planes(x, shift, encodings, "a")), shift
 
 
 @settings(max_examples=20, deadline=None)
@@ -99,7 +175,7 @@ def test_fused_encode_equals_staged_path(kind, bits, encodings, side):
 def test_fused_encode_any_finite_row(values, bits):
     x = torch.tensor([values], dtype=torch.float64, device=DEVICE)
     b = torch.tensor([bits], dtype=torch.int64, device=DEVICE)
-    assert torch.equal(encode_planes(x, b, FP4, "a").long(), staged(x, b, FP4, "a"))
+    assert torch.equal(fused(x, b, FP4, "a").long(), staged(x, b, FP4, "a"))
 
 
 @pytest.mark.parametrize(
@@ -107,7 +183,11 @@ def test_fused_encode_any_finite_row(values, bits):
     [
         (lambda x, b: encode_planes(x.float(), b, FP4, "a"), TypeError, "float64"),
         (lambda x, b: encode_planes(x, b[..., :1], FP4, "a"), ValueError, "one entry per row"),
-        (lambda x, b: encode_planes(x, b - 5, FP4, "a"), ValueError, "non-negative"),
+        (lambda x, b: encode_planes(x, b.int(), FP4, "a"), ValueError, "int64"),
+        (lambda x, b: encode_planes(x, b + MAX_SHIFT, FP4, "a"), ValueError, r"shift per row must lie in"),
+        (lambda x, b: encode_planes(x, b - MAX_SHIFT - 5, FP4, "a"), ValueError, r"shift per row must lie in"),
+        (lambda x, b: encode_planes(x, b, [_two_limb(MAX_MODULUS + 1, 64, "int8")], "a"), ValueError,
+         "modulus in \\[2, 4096\\]"),
         (lambda x, b: encode_planes(x * float("inf"), b, FP4, "a"), ValueError, "inf or nan"),
         (lambda x, b: encode_planes(x, b, FP4, "c"), ValueError, "side"),
         (lambda x, b: encode_planes(x, b, [], "a"), ValueError, "at least one encoding"),
@@ -129,3 +209,28 @@ def test_product_encodings_are_refused():
     x = torch.ones((2, 3), dtype=torch.float64, device=DEVICE)
     with pytest.raises(ValueError, match="no residue encoding"):
         encode_planes(x, torch.full((2,), 3, dtype=torch.int64, device=DEVICE), [product], "a")
+
+
+_PTX_SCRIPT = """
+import json, sys
+from kernels.encode import compile_ptx
+json.dump({"sm90": compile_ptx(90)}, open(sys.argv[1], "w"))
+"""
+
+
+def test_kernel_compiles_for_sm90_to_exact_float_residues(tmp_path):
+    # Compiled kernels need a process without TRITON_INTERPRET.  The residue steps must be
+    # the fused multiply-adds the exactness argument rests on (a separate multiply and add
+    # would round twice), floors, and no emulated 64-bit division anywhere.
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    done = subprocess.run([sys.executable, "-c", _PTX_SCRIPT, str(tmp_path / "ptx.json")], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    ptx = json.loads((tmp_path / "ptx.json").read_text())["sm90"]
+    assert ".entry _encode_kernel" in ptx
+    # (ftz is harmless: every float here is an integer, never subnormal.)
+    for needed in (r"fma\.rn\.f64", r"fma\.rn(\.ftz)?\.f32", r"cvt\.rmi\.f64\.f64", r"cvt\.rmi(\.ftz)?\.f32\.f32"):
+        assert re.search(needed, ptx), needed
+    for forbidden in ("div.s64", "rem.s64", "div.u64", "rem.u64", "div.rn.f64", "div.rn.f32"):
+        assert forbidden not in ptx, forbidden

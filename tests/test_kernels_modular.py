@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from kernels.modular import (
     CONFIGS,
     PlaneGemmConfig,
+    _joined,
     grouped_modular_matmul,
     modular_matmul,
     plan_chunk,
@@ -106,6 +107,21 @@ def test_grouped_launch_matches_each_group():
     assert got.shape == (4, 40, 30)
     for index, (a, b, coeffs, m) in enumerate(groups):
         assert torch.equal(got[index], reference_modular_matmul(a, b, coeffs, m))
+
+
+def test_grouped_launch_of_slices_of_one_tensor_copies_nothing():
+    # The fused encode hands the groups over as back-to-back slices of one plane tensor.
+    rng = random.Random(7)
+    counts, moduli = [1, 3, 2], [7, 89, 251]
+    a, b = planes("fp4", (sum(counts), 40, 70), rng), planes("fp4", (sum(counts), 30, 70), rng)
+    bounds = [0, 1, 4, 6]
+    groups = [(a[s:e], b[s:e], coefficients(e - s, rng), m) for s, e, m in zip(bounds, bounds[1:], moduli)]
+    joined = _joined([g[0] for g in groups])
+    assert joined.data_ptr() == a.data_ptr() and torch.equal(joined, a)
+    assert not torch.equal(_joined([g[0] for g in reversed(groups)]), a)  # out of order: a real copy
+    got = grouped_modular_matmul(groups, digits="fp4", config=TMA)
+    for index, (ga, gb, coeffs, m) in enumerate(groups):
+        assert torch.equal(got[index], reference_modular_matmul(ga, gb, coeffs, m))
 
 
 def test_batch_dimensions_and_int32_output():

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 import ozaki
 from ozaki import catalog
+from ozaki.residues import crt_capacity
 
 _PLAN_ENGINES = ("int8", "fp8", "fp4")
 
@@ -105,21 +106,11 @@ _NO_BAND_SPLIT = pytest.mark.xfail(
     reason="BUG: a plan engine refuses accuracy='exact' (ValueError) when the exact width exceeds its largest "
     "plan, instead of splitting into exponent bands as the spec allows",
 )
-_QUADRUPLE_CAPACITY = pytest.mark.xfail(
-    strict=True,
-    reason="BUG: the pipeline asks for a CRT range of 4·K·2^p·2^q, more than the 2·K·(2^p − 1)(2^q − 1) the "
-    "plan format counts, so a plan cannot serve its own k_max at its input_bits",
-)
-
-
 def _plan_bug(engine: str, k: int, p: int, q: int):
     """The known-bug marker that applies to an exact product of K terms of p- and q-bit
     integers on a plan engine, or None when the catalog has a plan the product fits."""
-    capacity = _largest_capacity(engine)
-    if capacity <= 2 * k * (2**p - 1) * (2**q - 1):
+    if _largest_capacity(engine) <= crt_capacity(k, p, q):
         return _NO_BAND_SPLIT
-    if capacity <= 4 * k << (p + q):
-        return _QUADRUPLE_CAPACITY
     return None
 
 
@@ -157,27 +148,38 @@ def _catalog_plans() -> list:
 
 @pytest.mark.parametrize("accuracy", ["exact", "fp64"])
 @pytest.mark.parametrize("plan", _catalog_plans(), ids=lambda p: getattr(p, "name", "none"))
-def test_plan_engine_serves_its_plans_advertised_limits(plan, accuracy, request):
+def test_plan_engine_serves_its_plans_advertised_limits(plan, accuracy, monkeypatch):
     # A plan promises ∏m > 2·k_max·(2^input_bits − 1)²: K = k_max terms of input_bits-bit
-    # integers are in range.  Odd integers with the top bit set are exactly input_bits wide,
-    # so neither mode drops a bit and the result is the exact product, rounded once.
+    # integers are in range, up to |A'B'| = k_max·(2^input_bits − 1)² of either sign.  The
+    # catalog is cut down to this plan alone, so the engine must serve the product with it.
     bits, k = plan.input_bits, plan.k_max
-    if bug := _plan_bug(plan.digits, k, bits, bits):
-        request.applymarker(bug)
+    monkeypatch.setattr(catalog, "plans_for", lambda digits: [plan] if digits == plan.digits else [])
     rng = np.random.default_rng(k + bits)
+    # The largest magnitude below 2^bits that float64 holds, and an odd one that makes every
+    # row exactly `bits` wide (lowest bit 2^0, top bit 2^(bits − 1)), so that neither mode
+    # drops a bit: the result is the exact product, rounded once.
+    head = min(bits, 53)
+    big, odd = ((1 << head) - 1) << (bits - head), (1 << head) - 1
 
-    def operand(columns: int) -> np.ndarray:
-        """(k, columns), every column exactly `bits` wide: odd integers with the top bit set,
-        and past float64's 53 bits every other one moved up to the top."""
-        head = min(bits, 53)
-        low = rng.integers(0, 2 ** (head - 1), size=(k, columns), dtype=np.uint64).tolist()
-        signs = rng.choice([-1, 1], size=(k, columns)).tolist()
-        rows = []
-        for i, (row_signs, row_low) in enumerate(zip(signs, low)):
-            lift = bits - head if i % 2 == 0 else 0
-            rows.append([s * (((1 << (head - 1)) | int(v) | 1) << lift) for s, v in zip(row_signs, row_low)])
-        return np.array(rows, dtype=np.float64)
+    def operand(signs, odd_at: int) -> np.ndarray:
+        """(len(signs), k): ±big everywhere (one sign per row) but ±odd at column odd_at."""
+        out = np.array([[s * big] * k for s in signs], dtype=np.float64)
+        out[:, odd_at] = np.array(signs, dtype=np.float64) * odd
+        return out
 
-    a, b = operand(1).T, operand(2)
+    # A's row against B's columns: +big·+big and +big·−big sum to ±K·(2^bits − 1)², the
+    # capacity's edges, when bits ≤ 53 (past 53 bits within a factor (1 − 2/K)(1 − 2^-51) of
+    # them); the third column has random signs and odd entries with the top bit set.
+    a = operand([1], 0)
+    b = operand([1, -1], 1 % k).T
+    low_bits = rng.integers(0, 2 ** (head - 1), size=k, dtype=np.uint64).tolist()
+    signs = rng.choice([-1, 1], size=k).tolist()
+    mixed = [s * (((1 << (head - 1)) | int(v) | 1) << (bits - head if i % 2 == 0 else 0))
+             for i, (s, v) in enumerate(zip(signs, low_bits))]
+    b = np.hstack([b, np.array(mixed, dtype=np.float64)[:, None]])
     assert _lossless_width(a) == bits == _lossless_width(b.T)
+    bound = k * (2**bits - 1) ** 2
+    assert crt_capacity(k, bits, bits) == 2 * bound < plan.capacity
+    positive, negative = (sum(int(x) * int(y) for x, y in zip(a[0], b[:, j])) for j in range(2))
+    assert positive == -negative <= bound and positive * k * 2**51 >= (k - 2) * bound * (2**51 - 1)
     assert_same_bits(ozaki.matmul(a, b, accuracy=accuracy, engine=plan.digits), exact_matmul(a, b))

@@ -157,12 +157,13 @@ def _line_stats(name: str) -> tuple[list, list]:
 @pytest.mark.parametrize("bits", FAST_BITS)
 @pytest.mark.parametrize("name", ["phi0", "phi2", "phi4", "cancel_pairs", "subnormal", "huge_tiny_rows", "long_k"])
 def test_fast_mode_documented_bound(name, bits):
-    # Each row keeps `bits` bits, so an entry moves by < 2^-bits·max|row|, and
-    # |Ĉ_ij − C_ij| ≤ 2^-b (max|A_i:|·Σ_k|B_kj| + Σ_k|A_ik|·max|B_:j|) + 4^-b·K·max|A_i:|·max|B_:j| + u|C_ij|.
+    # Each row's integers fit `bits` bits, so an entry moves by < max|row|/(2^bits − 1)
+    # (ozaki.scaling.row_shifts), and with ε = 1/(2^b − 1)
+    # |Ĉ_ij − C_ij| ≤ ε (max|A_i:|·Σ_k|B_kj| + Σ_k|A_ik|·max|B_:j|) + ε²·K·max|A_i:|·max|B_:j| + u|C_ij|.
     a, b, exact = _exact(name)
     k = a.shape[1]
     rows, cols = _line_stats(name)
-    step = Fraction(1, 2**bits)
+    step = Fraction(1, 2**bits - 1)
 
     def bound(i, j, c):
         (a_max, a_sum), (b_max, b_sum) = rows[i], cols[j]

@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 import torch
 
+import kernels.decode
 import ozaki
 import ozaki.catalog
 from exact_reference import round_dyadic as _correctly_rounded
-from ozaki import _bits, pipeline
+from ozaki import _bits, cost, pipeline
 from ozaki.crt import garner, round_to_float64, signed_limbs
 from ozaki.products import _PRODUCT_LIMIT, _reduce_product, direct_products
 from ozaki.residues import reference_moduli, residues
@@ -257,16 +258,71 @@ def test_exact_bits_follow_their_formula():
     assert exact_bits(torch.from_numpy(x)).tolist() == want
 
 
-@pytest.mark.parametrize("digits", ["int8", "fp4"])
-def test_triton_path_gives_the_reference_bits(monkeypatch, digits):
+@pytest.fixture
+def fused_path(monkeypatch):
     """The fused Triton path (encode kernel, grouped plane GEMMs, decode kernel) as CUDA runs it,
-    here through Triton's interpreter on a small product: the reference engine's bits."""
-    if not ozaki.catalog.plans_for(digits):
-        pytest.skip(f"the catalog has no {digits} plan")
+    without a GPU through Triton's interpreter (tests/conftest.py), on small products."""
     if not torch.cuda.is_available():
         monkeypatch.setattr(pipeline, "_kernels_available", lambda device: True)
+
+
+def _blocks_of(monkeypatch, rows: int) -> list[int]:
+    """Forces the fused path to stream over blocks of ``rows`` rows of A; returns the list that
+    the height of every block decoded from then on is appended to."""
+    monkeypatch.setattr(cost, "stream_rows", lambda m, k, n, **sizes: rows)
+    heights, decode = [], kernels.decode.decode_residues
+
+    def counted(c, *args):
+        heights.append(c.shape[1])
+        return decode(c, *args)
+
+    monkeypatch.setattr(kernels.decode, "decode_residues", counted)
+    return heights
+
+
+@pytest.mark.parametrize("digits", ["int8", "fp4"])
+def test_triton_path_gives_the_reference_bits(fused_path, digits):
+    """On a small product: the reference engine's bits."""
+    if not ozaki.catalog.plans_for(digits):
+        pytest.skip(f"the catalog has no {digits} plan")
     rng = np.random.default_rng(13)
     a, b = _spread(rng, (20, 40), 1.0), _spread(rng, (40, 12), 1.0)
     reference = ozaki.matmul(a, b, engine="reference", accuracy=24)
     fused = ozaki.matmul(a, b, engine=digits, accuracy=24)
     assert np.array_equal(fused.view(np.uint64), reference.view(np.uint64))
+
+
+@pytest.mark.parametrize(("digits", "accuracy", "shape", "rows"), [
+    ("int8", 24, (20, 40, 12), 3), ("int8", "exact", (13, 129, 5), 4), ("int8", "exact", (2, 9, 33, 7), 2),
+    ("fp4", 30, (20, 40, 12), 7),
+])  # fmt: skip
+def test_streamed_blocks_give_the_unblocked_bits(fused_path, monkeypatch, digits, accuracy, shape, rows):
+    """Blocks of A's rows, ragged at the end, over batch dimensions and moduli sets: the bits of
+    one block of all rows, which are the reference engine's."""
+    *batch, m, k, n = shape
+    rng = np.random.default_rng(m * k * n)
+    a, b = _spread(rng, (*batch, m, k), 1.5), _spread(rng, (*batch, k, n), 1.5)
+    a[..., 1, :] *= 1e-150  # rows and columns far apart in scale, each in its own block
+    b[..., :, 2] *= 1e120
+    reference = ozaki.matmul(a, b, engine="reference", accuracy=accuracy)
+    heights = _blocks_of(monkeypatch, m)
+    whole = ozaki.matmul(a, b, engine=digits, accuracy=accuracy)
+    assert heights == [m] * math.prod(batch)
+    heights = _blocks_of(monkeypatch, rows)
+    streamed = ozaki.matmul(a, b, engine=digits, accuracy=accuracy)
+    assert heights == [min(rows, m - start) for start in range(0, m, rows)] * math.prod(batch)
+    assert np.array_equal(whole.view(np.uint64), reference.view(np.uint64))
+    assert np.array_equal(streamed.view(np.uint64), reference.view(np.uint64))
+
+
+def test_batch_invariance_of_the_streamed_path(fused_path, monkeypatch):
+    """mm(A[:k], B) equals mm(A, B)[:k] bit for bit with the fused path's blocks falling
+    differently on the same rows."""
+    rng = np.random.default_rng(3)
+    a, b = _spread(rng, (33, 64), 1.0), _spread(rng, (64, 17), 1.0)
+    a[5] *= 1e-200
+    _blocks_of(monkeypatch, 4)
+    full = ozaki.matmul(a, b, engine="int8")
+    for rows in (slice(0, 1), slice(0, 7), slice(5, 6), slice(20, 33)):
+        part = ozaki.matmul(a[rows], b, engine="int8")
+        assert np.array_equal(part.view(np.uint64), full[rows].view(np.uint64))

@@ -17,11 +17,12 @@ from exact_reference import assert_same_bits, round_dyadic
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ozaki import catalog
-from ozaki.crt import garner, round_to_float64
+import ozaki
+from ozaki import catalog, pipeline
+from ozaki.crt import HALF_MODULUS_ERROR, garner, round_to_float64, signed_limbs
 from ozaki.products import direct_products, plane_products
-from ozaki.residues import residues
-from ozaki.scaling import scale_rows
+from ozaki.residues import crt_capacity, has_capacity, reference_moduli, residues
+from ozaki.scaling import exact_bits, fixed_bits, row_shifts, scale_rows
 
 
 def _descending_primes(top: int, count: int) -> tuple[int, ...]:
@@ -47,13 +48,10 @@ def _balanced(x: int, m: int) -> int:
     return (x + m // 2) % m - m // 2
 
 
-def _signed_range(moduli) -> tuple[int, int]:
-    """Signed integers the CRT stage must recover: it documents |Y| < M/4 (the pipeline asks
-    for ∏m > 4·K·2^p·2^q, so a float64 estimate of X/M tells the sign).  A margin of M·2^-40
-    keeps clear of the estimate's rounding; the boundary itself has its own test below."""
-    modulus = math.prod(moduli)
-    quarter = (modulus - 1) // 4 - (modulus >> 40)
-    return -quarter, quarter
+def _edge(moduli) -> int:
+    """(M − 1) // 2: the CRT stage recovers every |Y| up to it, the whole window (−M/2, M/2)
+    (the pipeline asks for ∏m > 2·K·(2^p − 1)(2^q − 1)), for odd and even M."""
+    return (math.prod(moduli) - 1) // 2
 
 
 def _residue_tensor(values: list[int], moduli) -> torch.Tensor:
@@ -82,10 +80,58 @@ def test_scale_rows_rounds_to_nearest_even(case):
     s = scale_rows(torch.from_numpy(x), torch.tensor(bits, dtype=torch.int64))
     assert (s.exponent >= 0).all() and (s.mantissa.abs() <= 2**53).all()
     for row, integers, shift, b in zip(x.tolist(), _scaled_integers(s), s.shift.tolist(), bits):
+        biggest = max(Fraction(abs(v)) for v in row)
         for value, integer in zip(row, integers):
             # round() of a Fraction rounds half to even.
             assert integer == round(Fraction(value) * Fraction(2) ** shift), (value, shift)
-            assert abs(integer) <= 2**b
+            # p bits kept: the integers fit p bits, and an entry moves by less than max/(2^p − 1).
+            assert abs(integer) <= 2**b - 1
+            if b and biggest:
+                assert abs(integer * Fraction(2) ** -shift - Fraction(value)) < biggest / (2**b - 1)
+        # The shift is the largest that keeps the row within p bits.
+        if biggest:
+            assert max(abs(round(Fraction(v) * Fraction(2) ** (shift + 1))) for v in row) > 2**b - 1
+
+
+# Rows whose maximum rounds up to 2^p at p bits: the top is one higher.  (max, p, shift, integers)
+_CARRIES = [
+    ([1 - 2.0**-9, 0.3, -0.5], 8, 7, [128, 38, -64]),  # 255.5 would round to 256 at shift 8
+    ([-(1 - 2.0**-9), 2.0**-9], 8, 7, [-128, 0]),
+    ([1 - 2.0**-9 - 2.0**-20, 0.75], 8, 8, [255, 192]),  # just under the tie: 255
+    ([0.75, 0.5], 0, -1, [0, 0]),  # 0 bits: |x·2^-1| < ½ rounds to 0 = 2^0 − 1
+    ([0.5, -0.25], 0, 0, [0, 0]),  # ½ rounds to the even 0: no carry
+    ([3.0 * 2.0**-1074, 2.0**-1074], 1, 1072, [1, 0]),  # subnormals: 1.5 would round to 2
+    ([2.0**53 - 1, 1.0], 52, -2, [2**51, 0]),
+    ([2.0**53 - 1, 1.0], 53, 0, [2**53 - 1, 1]),  # 53 bits: lossless, no carry
+]
+
+
+@pytest.mark.parametrize("row, bits, shift, integers", _CARRIES)
+def test_rounding_never_carries_past_the_bits_kept(row, bits, shift, integers):
+    x = torch.tensor([row], dtype=torch.float64)
+    b = torch.tensor([bits], dtype=torch.int64)
+    s = scale_rows(x, b)
+    assert s.shift.tolist() == [shift] == row_shifts(x, b).tolist()
+    assert _scaled_integers(s) == [integers]
+    assert max(map(abs, integers)) <= 2**bits - 1
+
+
+@settings(max_examples=100, deadline=None)
+@given(_scaled_rows())
+def test_lossless_rows_never_carry(case):
+    # Exact mode keeps every bit: the shift is the lossless one (bits − top), and with more
+    # bits than the row's lossless width nothing rounds either.
+    x, extra = case
+    t = torch.from_numpy(x)
+    bits = exact_bits(t)
+    assert torch.equal(fixed_bits(t, 2200), bits)  # 2200 bits cover any finite row
+    top = torch.frexp(t.abs().amax(dim=-1))[1].to(torch.int64)
+    nonzero = t.abs().amax(dim=-1) > 0
+    for wider in (bits, bits + torch.tensor(extra) % 40):
+        assert torch.equal(row_shifts(t, wider), torch.where(nonzero, wider - top, 0))
+        s = scale_rows(t, wider)
+        for row, integers, shift in zip(x.tolist(), _scaled_integers(s), s.shift.tolist()):
+            assert integers == [Fraction(v) * Fraction(2) ** shift for v in row]
 
 
 @settings(max_examples=100, deadline=None)
@@ -113,8 +159,16 @@ def test_residues_of_256_fit_int8():
 @st.composite
 def _signed_values(draw):
     moduli = draw(_moduli)
-    low, high = _signed_range(moduli)
-    return moduli, draw(st.lists(st.integers(low, high), min_size=1, max_size=8))
+    edge = _edge(moduli)
+    # Anywhere in the window, or within 2^20 of either edge, where the sign is hardest.
+    near_edge = st.builds(lambda s, j: s * max(edge - j, 0), st.sampled_from([1, -1]), st.integers(0, 2**20))
+    return moduli, draw(st.lists(st.one_of(st.integers(-edge, edge), near_edge), min_size=1, max_size=8))
+
+
+def _limb_values(limbs: torch.Tensor, negative: torch.Tensor) -> list[int]:
+    """The signed integers spelled by signed_limbs' 21-bit limbs (L, B) and signs (B,)."""
+    magnitudes = [sum(int(limb) << (21 * c) for c, limb in enumerate(column)) for column in limbs.T.tolist()]
+    return [-v if n else v for v, n in zip(magnitudes, negative.tolist())]
 
 
 @settings(max_examples=200, deadline=None)
@@ -130,35 +184,62 @@ def test_garner_digits_and_signed_value_are_the_identity(case):
         reconstructed = [x + v * weight for x, v in zip(reconstructed, row)]
         weight *= m
     assert reconstructed == [v % modulus for v in values]
-    # The signed value, where float64 holds it exactly (larger ones: the rounding test below).
+    # The signed value, exactly, and its float64 where that holds it exactly (larger ones:
+    # the rounding test below).
+    assert _limb_values(*signed_limbs(digits, moduli)) == values
     exact = [abs(v) <= 2**53 for v in values]
     got = round_to_float64(digits, moduli, torch.zeros(len(values), dtype=torch.int64))
     assert [float(g) for g, e in zip(got.tolist(), exact) if e] == [float(v) for v, e in zip(values, exact) if e]
 
 
+# Odd and even M, one modulus to many; the last digit small or large (it decides first).
+_EDGE_MODULI = {
+    "odd": (37, 4194271, 65519, 49, 65521),  # once refused at −⌊(M − 1)/4⌋ by a float64 sign estimate
+    "even": (2**8, 3**5, 5**3, 7**2, 11**2, 13**2, 17, 19),
+    "one-odd": (241,),
+    "one-even": (256,),
+    "two": (2, 3),
+    "small-last": _LARGE_MODULI[:4] + (3,),
+    "wide": _WIDE_MODULI,
+}
+
+
+@pytest.mark.parametrize("name", sorted(_EDGE_MODULI))
+def test_signed_values_at_the_edges_of_the_window(name):
+    # ±(M − 1) // 2 and the values just inside: the largest products the capacity admits.
+    moduli = _EDGE_MODULI[name]
+    edge = _edge(moduli)
+    values = sorted({s * max(edge - j, 0) for j in (0, 1, 2, 3, 2**21, 2**42) for s in (1, -1)})
+    digits = garner(_residue_tensor(values, moduli), moduli)
+    assert _limb_values(*signed_limbs(digits, moduli)) == values
+    exponents = torch.tensor([-max(abs(v).bit_length() - 53, 0) for v in values], dtype=torch.int64)
+    got = round_to_float64(digits, moduli, exponents)
+    assert_same_bits(got.numpy(), np.array([round_dyadic(v, int(e)) for v, e in zip(values, exponents)]))
+
+
+@pytest.mark.parametrize("name", sorted(n for n in _EDGE_MODULI if math.prod(_EDGE_MODULI[n]) % 2 == 0))
+def test_half_of_an_even_modulus_is_refused(name):
+    # Y ≡ M/2 has no representative in (−M/2, M/2): the product reached M/2 in magnitude.
+    moduli = _EDGE_MODULI[name]
+    half = math.prod(moduli) // 2
+    for values in ([half], [-half], [0, half - 1, half]):
+        digits = garner(_residue_tensor(values, moduli), moduli)
+        with pytest.raises(ValueError, match=HALF_MODULUS_ERROR.split(":")[0]):
+            signed_limbs(digits, moduli)
+        with pytest.raises(ValueError, match=HALF_MODULUS_ERROR.split(":")[0]):
+            round_to_float64(digits, moduli, torch.zeros(len(values), dtype=torch.int64))
+
+
 @settings(max_examples=50, deadline=None)
-@given(_moduli)
-def test_signed_values_beyond_a_quarter_of_m_are_refused(moduli):
-    # Past M/4 the sign is no longer certain: the stage must raise rather than guess.
+@given(_moduli, st.integers(1, 2**40))
+def test_values_past_the_window_are_their_representatives(moduli, past):
+    # Any other |Y| ≥ M/2 is congruent to a value inside the window, which the residues
+    # cannot tell apart: the stage returns that representative.
     modulus = math.prod(moduli)
-    values = [modulus // 2, -(modulus // 2), 3 * modulus // 8, -(3 * modulus // 8)]
+    values = [y for y in (modulus // 2 + past, -(modulus // 2) - past) if 2 * (y % modulus) != modulus]
+    want = [y % modulus - modulus * (2 * (y % modulus) > modulus) for y in values]
     digits = garner(_residue_tensor(values, moduli), moduli)
-    for column in range(len(values)):
-        with pytest.raises(ValueError):
-            round_to_float64(digits[:, column : column + 1], moduli, torch.zeros(1, dtype=torch.int64))
-
-
-# Found by hypothesis: with these moduli Y = −⌊(M − 1)/4⌋ is refused.
-_QUARTER_BOUNDARY_MODULI = (37, 4194271, 65519, 49, 65521)
-
-
-def test_signed_values_just_inside_a_quarter_of_m():
-    moduli = _QUARTER_BOUNDARY_MODULI
-    quarter = (math.prod(moduli) - 1) // 4
-    values = [quarter, -quarter]
-    digits = garner(_residue_tensor(values, moduli), moduli)
-    got = round_to_float64(digits, moduli, torch.zeros(2, dtype=torch.int64))
-    assert got.tolist() == [float(v) for v in values]
+    assert _limb_values(*signed_limbs(digits, moduli)) == want
 
 
 def test_garner_refuses_moduli_that_are_not_coprime():
@@ -190,6 +271,48 @@ def test_round_to_float64_is_one_correct_rounding(pairs):
     got = round_to_float64(digits, _WIDE_MODULI, torch.tensor(exponents, dtype=torch.int64))
     assert got.dtype == torch.float64
     assert_same_bits(got.numpy(), np.array([round_dyadic(v, e) for v, e in pairs]))
+
+
+# Capacity ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "k, p, q, want",
+    [(1, 1, 1, 2), (3, 2, 4, 2 * 3 * 3 * 15), (5, 0, 7, 0), (16384, 53, 53, 2 * 16384 * (2**53 - 1) ** 2)],
+)
+def test_crt_capacity_is_the_plan_formats(k, p, q, want):
+    assert crt_capacity(k, p, q) == want
+    assert has_capacity(want + 1, want) and not has_capacity(want, want)
+
+
+@pytest.mark.parametrize("bad", [(0.5, 1, 1), (1, -1, 1), (1, 1, True)])
+def test_crt_capacity_refuses_non_integers(bad):
+    with pytest.raises(ValueError, match="non-negative int"):
+        crt_capacity(*bad)
+
+
+@pytest.mark.parametrize("k, need", [(1, 5), (40, 2**121), (2**16, 2**300), (2**20, crt_capacity(2**20, 60, 61))])
+def test_reference_moduli_are_the_fewest_that_serve(k, need):
+    moduli = reference_moduli(k, need)
+    assert has_capacity(math.prod(moduli), need) and not has_capacity(math.prod(moduli[:-1]), need)
+
+
+@pytest.mark.parametrize("engine", ["reference", "int8", "fp4"])
+@pytest.mark.parametrize("accuracy", ["exact", 5])
+def test_pipeline_asks_for_the_plan_formats_capacity(engine, accuracy, monkeypatch):
+    # Integers of exactly 7 (A) and 9 (B) bits: the engines get ∏m > 2·K·(2^p − 1)(2^q − 1).
+    if engine != "reference" and not catalog.plans_for(engine):
+        pytest.skip(f"the catalog has no {engine} plan")
+    asked = []
+    choose = pipeline.choose_moduli
+    monkeypatch.setattr(pipeline, "choose_moduli", lambda *args: asked.append(args[2]) or choose(*args))
+    a = np.array([[127.0, -65.0, 1.0], [3.0, 0.0, 64.0]])
+    b = np.array([[511.0, 1.0], [-256.0, 3.0], [5.0, 257.0]])
+    got = ozaki.matmul(a, b, accuracy=accuracy, engine=engine)
+    p, q = (7, 9) if accuracy == "exact" else (5, 5)
+    assert asked == [crt_capacity(3, p, q)]
+    if accuracy == "exact":
+        assert_same_bits(got, a @ b)  # every product and sum is exact in float64
 
 
 # Residue products -------------------------------------------------------------------------

@@ -1,0 +1,275 @@
+"""Cost model: predicted seconds of the emulated product and of native DGEMM on one device.
+
+    encode   = (MK + KN)·(8 + planes·plane bytes) / (bandwidth · encode efficiency)
+    products = planes·2MNK / plane-GEMM rate + moduli·MN·4 / bandwidth + overhead
+    decode   = MN·(4·moduli + 8) / (bandwidth · decode efficiency)
+    DGEMM    = 2MNK / fp64 rate
+
+Encode reads the float64 operands and writes one plane value per entry and plane; the
+products write one int32 residue per entry and modulus (the grouped GEMMs' output), which
+the decode reads back before writing the float64 result.  The efficiencies are what the
+H200 reached on that traffic in the recorded run (:data:`H200_RECORD`), the rates what it
+reached on the arithmetic; other devices take their datasheet figures (:data:`DEVICES`)
+times the H200's efficiencies.  Nothing is timed at call time: the same shape on the same
+device always gets the same prediction, so a choice made from it never changes a result's
+bits from run to run.
+
+:func:`workspace_bytes` predicts the device memory the emulated path holds at its peak,
+and :func:`stream_rows` picks the height of the blocks of A's rows the fused path streams
+over to keep that within issue 6's budget of twice the bytes of A, B and C.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+__all__ = [
+    "DEVICES", "H200_RECORD", "Device", "Prediction", "Profile", "Verdict", "dgemm_seconds", "predict",
+    "profile_for", "stream_rows", "verdict", "workspace_bytes",
+]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Device:
+    """Datasheet figures: dense rates in operations per second, bytes per second; the compute
+    capability (major) the name must come with to be taken for this device."""
+
+    name: str
+    fp64: float
+    rates: dict  # digits -> dense tensor-core rate, None where the device has no such unit worth using
+    bandwidth: float
+    source: str
+    major: int
+
+
+# Where NOTES §6 gives a range, the end that does not flatter the emulation is taken.
+DEVICES = {
+    "h200": Device(
+        "H200", 67e12, {"int8": 1979e12, "fp8": 1979e12, "fp4": None}, 4.8e12,
+        "H200 SXM datasheet: FP64 tensor 67 TFLOP/s, INT8/FP8 dense 1979 T, HBM3e 4.8 TB/s; no FP4 units", 9,
+    ),
+    "h100": Device(
+        "H100", 67e12, {"int8": 1979e12, "fp8": 1979e12, "fp4": None}, 3.35e12,
+        "H100 SXM datasheet: FP64 tensor 67 TFLOP/s, INT8/FP8 dense 1979 T, HBM3 3.35 TB/s; no FP4 units "
+        "(PCIe and NVL parts are slower in every figure, in about the same ratios)", 9,
+    ),
+    "b200": Device(
+        "B200", 40e12, {"int8": 4.5e15, "fp8": 4.5e15, "fp4": 9e15}, 8e12,
+        "NOTES §6: dense FP4 9 P, FP8/INT8 4.5 P, FP64 37-40 T (40 taken); HBM3e 8 TB/s (datasheet)", 10,
+    ),
+    "b300": Device(
+        "B300", 1.25e12, {"int8": None, "fp8": 4.5e15, "fp4": 13e15}, 8e12,
+        "NOTES §6: dense FP4 13-15 P (13 taken), INT8 cut to a small fraction (not projected), FP64 1.25 T; "
+        "FP8 4.5 P assumed equal to B200 (NOTES gives none); HBM3e 8 TB/s (datasheet)", 10,
+    ),
+    "a100": Device(
+        "A100", 19.5e12, {"int8": 624e12, "fp8": None, "fp4": None}, 2.039e12,
+        "A100 SXM 80GB datasheet: FP64 tensor 19.5 TFLOP/s, INT8 dense 624 T, HBM2e 2.04 TB/s; no FP8/FP4", 8,
+    ),
+}  # fmt: skip
+
+# Stored bytes per plane value: the encode writes int8 planes (int16 past 127), the GEMM
+# reads FP4 two to a byte.
+PLANE_BYTES = {"int8": 1.0, "fp8": 1.0, "fp4": 0.5, "int4": 0.5, "reference": 8.0}
+
+# benchmarks/RESULTS.md, "2026-11-29 18:36 UTC, one H200 (issue 6)": ozaki.matmul with the int8
+# engine, 23 moduli (23 plane GEMMs), accuracy fp64; seconds of (encode, products, decode)
+# per (M, K, N).  DGEMM's best rate in that run was 58.6 TFLOP/s (8192³; 56.0 at 16384³).
+# The encode figures are those of the int64-bound encode kernel that kernels/encode.py has
+# since replaced: recalibrate from the next H200 run (``python -m ozaki bench`` prints the
+# prediction next to each measured stage).
+H200_RECORD = {
+    (16384, 16384, 16384): (0.192, 0.210, 0.056),
+    (8192, 8192, 8192): (0.054, 0.036, 0.014),
+    (4096, 4096, 4096): (0.015, 0.008, 0.003),
+    (4096, 65536, 4096): (0.196, 0.064, 0.004),
+    (65536, 4096, 256): (0.087, 0.016, 0.004),
+}
+_RECORD_MODULI = 23
+_RECORD_DGEMM = 58.6e12
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What one device reaches: rates in operations per second, ``bandwidth`` in bytes per
+    second for plain traffic, the encode and decode stages' efficiency on their traffic
+    relative to it, and a fixed cost per emulated call (launches, the tuner's cache lookup,
+    host work) in seconds."""
+
+    name: str
+    fp64: float
+    rates: dict  # digits -> plane-GEMM rate; None where the device has none
+    bandwidth: float
+    encode_efficiency: float
+    decode_efficiency: float
+    overhead: float
+    source: str
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Predicted seconds per stage of one emulated product."""
+
+    encode: float
+    products: float
+    decode: float
+
+    @property
+    def total(self) -> float:
+        return self.encode + self.products + self.decode
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The model's comparison for one product: ``native`` when DGEMM is predicted faster."""
+
+    native: bool
+    emulated: Prediction
+    dgemm: float
+    profile: str
+
+    def __str__(self) -> str:
+        e = self.emulated
+        return (f"predicted emulation {e.total:.3g} s (encode {e.encode:.3g}, products {e.products:.3g}, decode "
+                f"{e.decode:.3g}) {'>' if self.native else '<='} DGEMM {self.dgemm:.3g} s on {self.profile}")
+
+
+def _encode_traffic(m: int, k: int, n: int, planes: int, plane_bytes: float) -> float:
+    return (m * k + k * n) * (8 + planes * plane_bytes)
+
+
+def _decode_traffic(m: int, n: int, moduli: int) -> float:
+    return m * n * (4 * moduli + 8)
+
+
+def predict(profile: Profile, m: int, k: int, n: int, *, digits: str, planes: int, moduli: int) -> Prediction | None:
+    """Seconds per stage of the emulated M×K×N product with ``planes`` plane GEMMs over
+    ``moduli`` moduli in ``digits`` ("reference": float64 GEMMs of residues); None where the
+    device has no rate for those digits."""
+    rate = profile.fp64 if digits == "reference" else profile.rates.get(digits)
+    if rate is None:
+        return None
+    bandwidth = profile.bandwidth
+    return Prediction(
+        encode=_encode_traffic(m, k, n, planes, PLANE_BYTES[digits]) / (bandwidth * profile.encode_efficiency),
+        products=planes * 2 * m * n * k / rate + moduli * m * n * 4 / bandwidth + profile.overhead,
+        decode=_decode_traffic(m, n, moduli) / (bandwidth * profile.decode_efficiency),
+    )
+
+
+def dgemm_seconds(profile: Profile, m: int, k: int, n: int) -> float:
+    return 2 * m * n * k / profile.fp64
+
+
+def verdict(profile: Profile, m: int, k: int, n: int, *, digits: str, planes: int, moduli: int) -> Verdict | None:
+    """Whether native DGEMM is predicted faster than the emulation; None where the model has
+    no rate for ``digits`` on this device (it then makes no claim)."""
+    emulated = predict(profile, m, k, n, digits=digits, planes=planes, moduli=moduli)
+    if emulated is None:
+        return None
+    dgemm = dgemm_seconds(profile, m, k, n)
+    return Verdict(emulated.total > dgemm, emulated, dgemm, profile.name)
+
+
+# Issue 6: the emulation's workspace at most twice the bytes of its float64 A, B and C.
+WORKSPACE_BUDGET = 2
+# Block heights are multiples of the plane GEMM's tile height (128 or 256 rows in
+# kernels.modular.CONFIGS): only the last block of a product ends in a partial tile.
+ROW_GRANULE = 128
+
+
+def _phases(k: int, n: int, *, digits: str, planes: int, moduli: int) -> tuple[tuple[float, float], ...]:
+    """(bytes held throughout, bytes per row of the block) of the two peaks of one block of
+    the streamed product.  B's encoded planes (one byte per value) live throughout.  During
+    the plane GEMM: the block's planes of A, the operand copies the GEMM converts both sides
+    to (none for int8 planes, which it reads in place; E4M3 or packed E2M1 otherwise) and
+    the block's int32 residue per entry and modulus.  During the decode: the residues and
+    the block's float64 rows, which are then copied into C."""
+    copy = 0.0 if digits == "int8" else PLANE_BYTES[digits]
+    residues = 4 * moduli * n
+    return (
+        (planes * k * n * (1.0 + copy), planes * k * (1.0 + copy) + residues),
+        (planes * k * n, residues + 8 * n),
+    )
+
+
+def stream_rows(m: int, k: int, n: int, *, digits: str, planes: int, moduli: int) -> int:
+    """Rows of A per block of the fused path, which streams over blocks of A's rows against
+    all of B's planes: the most, in multiples of :data:`ROW_GRANULE` and spread evenly over
+    the blocks, whose peak (:func:`workspace_bytes`) stays within :data:`WORKSPACE_BUDGET`
+    times the bytes of A, B and C; one granule where none does (B's planes alone past the
+    budget: very wide B), all of A where all fits.  The reference engine does not stream: m."""
+    if digits == "reference":
+        return m
+    budget = WORKSPACE_BUDGET * 8 * (m * k + k * n + m * n)
+    fitting = min((budget - fixed) // per_row for fixed, per_row in _phases(k, n, digits=digits, planes=planes,
+                                                                             moduli=moduli))
+    most = max(int(fitting) // ROW_GRANULE, 1) * ROW_GRANULE
+    if most >= m:
+        return max(m, 1)
+    # As many blocks as the budget needs, each as low as that allows: a lower peak, and no
+    # runt block at the end.
+    blocks = -(-m // most)
+    return -(-m // (blocks * ROW_GRANULE)) * ROW_GRANULE
+
+
+def workspace_bytes(m: int, k: int, n: int, *, digits: str, planes: int, moduli: int,
+                    block_rows: int | None = None) -> int:
+    """Device memory the emulated path holds at its peak beyond A, B and C, streamed over
+    blocks of ``block_rows`` rows of A (default: :func:`stream_rows`, the pipeline's choice):
+    the larger of the plane GEMM's and the decode's peak of a block (see :func:`_phases`)."""
+    rows = stream_rows(m, k, n, digits=digits, planes=planes, moduli=moduli) if block_rows is None else block_rows
+    return round(max(fixed + per_row * min(rows, m)
+                     for fixed, per_row in _phases(k, n, digits=digits, planes=planes, moduli=moduli)))
+
+
+def _h200_fit() -> tuple[float, float, float, float]:
+    """(int8 plane rate, overhead, encode and decode efficiency) from :data:`H200_RECORD`.
+
+    The products' arithmetic (after the int32 writes) is fitted as F/rate + overhead through
+    the 4096³ and 8192³ points: that over-predicts 16384³ by about a fifth, never under-predicts
+    the square shapes, and under-predicts the skinny 65536×4096×256 (16 ms measured, ~8
+    predicted).  Each stage efficiency is the lowest over the record: the model does not
+    flatter the emulation."""
+    h200 = DEVICES["h200"]
+
+    def arithmetic(shape):
+        m, k, n = shape
+        flops = _RECORD_MODULI * 2 * m * k * n
+        return flops, H200_RECORD[shape][1] - _RECORD_MODULI * m * n * 4 / h200.bandwidth
+
+    (f4, t4), (f8, t8) = arithmetic((4096, 4096, 4096)), arithmetic((8192, 8192, 8192))
+    rate = (f8 - f4) / (t8 - t4)
+    overhead = t4 - f4 / rate
+    encode = min(_encode_traffic(m, k, n, _RECORD_MODULI, 1.0) / h200.bandwidth / t[0]
+                 for (m, k, n), t in H200_RECORD.items())
+    decode = min(_decode_traffic(m, n, _RECORD_MODULI) / h200.bandwidth / t[2] for (m, k, n), t in H200_RECORD.items())
+    return rate, overhead, encode, decode
+
+
+@cache
+def _profile(key: str) -> Profile:
+    device = DEVICES[key]
+    h200 = DEVICES["h200"]
+    rate, overhead, encode, decode = _h200_fit()
+    # The H200's fraction of its datasheet rate, carried to this device's datasheet rates (every
+    # digit set at int8's measured fraction: the auto engine runs int8 plans only).
+    tensor = rate / h200.rates["int8"]
+    fp64 = _RECORD_DGEMM / h200.fp64
+    calibration = "measured (benchmarks/RESULTS.md)" if key == "h200" else "datasheet × H200's measured efficiencies"
+    return Profile(
+        name=device.name, fp64=fp64 * device.fp64,
+        rates={d: None if r is None else tensor * r for d, r in device.rates.items()},
+        bandwidth=device.bandwidth, encode_efficiency=encode, decode_efficiency=decode, overhead=overhead,
+        source=f"{device.name}: {calibration}; {device.source}",
+    )  # fmt: skip
+
+
+def profile_for(name: str, capability: tuple[int, int]) -> Profile | None:
+    """The profile of the CUDA device with this name (``torch.cuda.get_device_name``) and
+    compute capability, or None for a device the table does not know."""
+    for key, device in DEVICES.items():
+        if device.name in name.upper() and capability[0] == device.major:
+            return _profile(key)
+    return None

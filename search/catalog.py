@@ -26,7 +26,7 @@ from search.engine import Result, search
 from search.plan import choose_moduli
 from search.products import extra_rows, search_product
 from search.results import encoding_dict, plan_dict, search_record
-from search.spec import Spec, default_family, minimal_limbs, product_family
+from search.spec import ProductFamily, Spec, default_family, minimal_limbs, product_family
 
 __all__ = [
     "DEFAULT_WEIGHT_BOUNDS",
@@ -48,6 +48,10 @@ __all__ = [
 PLAN_BITS = (53, 56, 60, 64, 72, 80, 96)
 PLAN_K = (4096, 16384, 65536)
 _RESIDUE_LIMBS = 2
+# Products the 3-limb residue rung may use: a modulus m costing P products helps an FP64
+# plan only while P / log2(m) beats the plan's marginal rate; for fp4 (53 bits, K = 16384)
+# 5 products never does (benchmarks/search.md), so 5 is enough to fill the catalog.
+RESIDUE_MAX_PRODUCTS = 5
 # fp8 stores integers up to 448, so small weights already cover every modulus up to
 # 256; bounding them keeps the exhaustive side enumeration to seconds.  Recorded in
 # each file's family like every other bound.
@@ -67,10 +71,15 @@ def input_range(name: str) -> tuple[int, int]:
 
 
 def find_residue(modulus: int, digits: str, *, weight_bound: int | None = None, seed: int = 0, workers: int = 1,
-                 time_limit: float = 120.0, progress: Callable[[str], None] | None = None) -> tuple[Result, list]:
+                 time_limit: float = 120.0, max_products: int = RESIDUE_MAX_PRODUCTS,
+                 progress: Callable[[str], None] | None = None) -> tuple[Result, list]:
     """(result, ladder): the residue encoding mod ``modulus`` with the fewest products
-    found with 1, then 2 limbs per side; ``ladder`` records each family's outcome.
-    ``weight_bound`` defaults to :data:`DEFAULT_WEIGHT_BOUNDS` (else m // 2)."""
+    found with 1, then 2 limbs per side (search.engine, limb coordinates), then 3 limbs
+    per side in plane coordinates (search.products with a modulus: identity rows plus
+    extra rows in [-1, 1], weights all residues up to units, at most ``max_products``);
+    ``ladder`` records each family's outcome and join.  ``weight_bound`` defaults to
+    :data:`DEFAULT_WEIGHT_BOUNDS` (else m // 2); it bounds the first two rungs only.
+    ``time_limit`` bounds each rung."""
     spec = Spec.residue(modulus, digits)
     if weight_bound is None:
         weight_bound = DEFAULT_WEIGHT_BOUNDS.get(digits)
@@ -82,9 +91,16 @@ def find_residue(modulus: int, digits: str, *, weight_bound: int | None = None, 
             family = dataclasses.replace(family, weight_bound_a=weight_bound, weight_bound_b=weight_bound)
         result = search(spec, family, seed=seed, workers=workers, time_limit=time_limit, progress=progress,
                         join="enumerate")
-        ladder.append({"limbs": limbs, "family": family.describe(), "status": result.status})
-        if result.candidate is not None:
-            break
+        ladder.append({"limbs": limbs, "join": "enumerate", "family": family.describe(), "status": result.status})
+        if result.candidate is not None or result.status == "unknown":
+            return result, ladder
+    # Two limbs per side refuted: three, where the plane-coordinate join pays off (3375
+    # digit vectors per side instead of 225).  Not capped below: the rung proves its own
+    # fewest products within its family (or that none has at most max_products).
+    half = max(1, modulus // 2)
+    family = ProductFamily(max_products, 3, 3, 1, 1, half, half, modulus)
+    result = search_product(spec, family, seed=seed, workers=workers, time_limit=time_limit, progress=progress)
+    ladder.append({"limbs": 3, "join": "pairs", "family": family.describe(), "status": result.status})
     return result, ladder
 
 
@@ -94,7 +110,7 @@ def residue_dict(modulus: int, digits: str, **kwargs) -> dict | None:
     if result.candidate is None:
         return None
     name = f"res{modulus}-{digits}-{result.candidate.products}"
-    return encoding_dict(result, name, search_record(result, "enumerate", {"ladder": ladder}))
+    return encoding_dict(result, name, search_record(result, ladder[-1]["join"], {"ladder": ladder}))
 
 
 # Plane-row coefficient bounds the product ladder tries per side (see find_product).

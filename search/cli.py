@@ -53,16 +53,19 @@ def _write(d: dict, out: str | None) -> None:
 def _cmd_residue(args) -> int:
     result, ladder = catalog.find_residue(args.modulus, args.digits, weight_bound=args.weight_bound, seed=args.seed,
                                           workers=args.workers, time_limit=args.time_limit,
+                                          max_products=args.max_products,
                                           progress=_progress(args.quiet))
     name = f"res{args.modulus}-{args.digits}"
     print(_summary(result, name))
     if result.candidate is None:
         why = ("time limit reached first; raise --time-limit or lower --weight-bound" if result.status == "unknown"
                else "proven: none within the searched families")
-        print(f"no residue encoding mod {args.modulus} over {args.digits} with up to 2 limbs per side ({why})",
+        print(f"no residue encoding mod {args.modulus} over {args.digits} with up to 3 limbs per side and "
+              f"{args.max_products} products ({why})",
               file=sys.stderr)
         return 1
-    d = encoding_dict(result, f"{name}-{result.candidate.products}", search_record(result, "enumerate", {"ladder": ladder}))
+    d = encoding_dict(result, f"{name}-{result.candidate.products}",
+                      search_record(result, ladder[-1]["join"], {"ladder": ladder}))
     _write(d, args.out)
     return 0
 
@@ -167,6 +170,8 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--modulus", type=int, required=True)
     q.add_argument("--digits", choices=digits, required=True)
     q.add_argument("--weight-bound", type=int, help="largest weight searched (default 24 for fp8, else m // 2)")
+    q.add_argument("--max-products", type=int, default=catalog.RESIDUE_MAX_PRODUCTS,
+                   help=f"most products the 3-limb rung searches (default {catalog.RESIDUE_MAX_PRODUCTS})")
     common(q, 120)
     q.set_defaults(run=_cmd_residue)
 

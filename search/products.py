@@ -39,6 +39,7 @@ from fractions import Fraction
 from typing import Callable
 
 import numpy as np
+import sympy
 from ortools.sat.python import cp_model
 
 from search.engine import Candidate, Result
@@ -124,6 +125,10 @@ class SideSets:
     rows: tuple[tuple[tuple[int, ...], ...], ...]
     weights: tuple[np.ndarray, ...]
     bound: int
+    modulus: int | None = None  # residues: weights are unit-canonical residues (see _unit_canonical)
+
+    def keys(self, w: np.ndarray) -> np.ndarray:
+        return _keys(w, self.bound) if self.modulus is None else _residue_keys(w, self.modulus)
 
     def representatives(self, n: int) -> np.ndarray:
         """Row set n's weights up to the sign flips that map every one of its rows to
@@ -133,12 +138,15 @@ class SideSets:
         rows, limbs = self.rows[n], len(self.rows[n][0])
         flips = [(tuple(range(limbs)), s) for s in itertools.product((1, -1), repeat=limbs)]
         fixing = [g for g in flips if all(_normal(_act(g, r)) == r for r in rows)]
-        least = np.stack([_keys(_act_weights(g, self.weights[n]), self.bound) for g in fixing]).min(axis=0)
+        m = self.modulus
+        least = np.stack([self.keys(_act_weights(g, self.weights[n]) if m is None
+                                    else _unit_canonical(_act_weights(g, self.weights[n]), m))
+                          for g in fixing]).min(axis=0)
         return self.weights[n][np.unique(least, return_index=True)[1]]
 
     def lookup(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         """(sorted keys, order) of row set n's weights, for membership by searchsorted."""
-        keys = _keys(self.weights[n], self.bound)
+        keys = self.keys(self.weights[n])
         order = np.argsort(keys)
         return keys[order], order
 
@@ -173,6 +181,8 @@ def side_sets(spec: Spec, side: str, limbs: int, coefficient_bound: int, weight_
               deadline: float = math.inf, progress=None) -> SideSets:
     """Every covering (row set, weights) of ``side`` up to the signed-permutation group,
     breadth-first by number of extra rows (a set is extended only while it covers)."""
+    if spec.modulus is not None:
+        return _residue_side_sets(spec, side, limbs, coefficient_bound, max_rows, deadline, progress)
     digits = spec.digit_values
     identity = tuple(tuple(int(i == j) for j in range(limbs)) for i in range(limbs))
     group = signed_permutations(limbs)
@@ -215,6 +225,218 @@ def side_sets(spec: Spec, side: str, limbs: int, coefficient_bound: int, weight_
         if not level:
             break
     return SideSets(tuple(found_rows), tuple(found_weights), weight_bound)
+
+
+
+# ---------------------------------------------------------------------------------------
+# Residues (spec.modulus = m).  The same plane-coordinate family, with the identity a
+# congruence mod m.  Two things change:
+#
+# * Weights are residues, and besides the signed limb permutations the units of Z_m act:
+#   (u, v) -> (c u, v) keeps coverage (x -> c x permutes Z_m) and the identity (lam ->
+#   c lam), on each side independently.  Each side therefore keeps one weight vector per
+#   unit orbit (:func:`_unit_canonical`, symmetry breaking); any unit multiple is as good.
+# * The join: u v^T must lie in L = span(r_t s_t^T) + m Z^(na nb).  Subgroups of Z_m^N
+#   are their own double annihilators, so that is u^T C_k v == 0 (mod m) for generators
+#   C_k of the annihilator of L (:func:`_annihilator`).  For fixed u these are rows w_k of
+#   a K x nb matrix; when two rows have a cross product x with gcd(x, m) = 1 the kernel
+#   mod m is exactly Z_m x (locally at each p | m two rows are independent mod p, so the
+#   kernel is free of rank one and x generates it), and a covering v must be a unit
+#   multiple of x: one look-up.  Otherwise the covering list is scanned for that u.
+
+
+def _residue_keys(w: np.ndarray, m: int) -> np.ndarray:
+    return ((np.asarray(w, dtype=np.int64) % m) * m ** np.arange(w.shape[1], dtype=np.int64)).sum(axis=1)
+
+
+def _units(m: int) -> np.ndarray:
+    return np.array([c for c in range(1, m) if math.gcd(c, m) == 1] or [1], dtype=np.int64)
+
+
+def _unit_canonical(w: np.ndarray, m: int) -> np.ndarray:
+    """Per row of ``w``: the unit multiple c w mod m with the smallest key (residues)."""
+    w = np.asarray(w, dtype=np.int64) % m
+    units = _units(m)
+    out = np.empty_like(w)
+    chunk = max(1, 2**22 // (len(units) * max(1, w.shape[1])))
+    for start in range(0, len(w), chunk):
+        block = w[start : start + chunk]
+        images = (units[:, None, None] * block[None]) % m  # U x N x n
+        keys = (images * m ** np.arange(w.shape[1], dtype=np.int64)).sum(axis=2)
+        out[start : start + chunk] = images[keys.argmin(axis=0), np.arange(len(block))]
+    return out
+
+
+def _unique_canonical(w: np.ndarray, m: int) -> np.ndarray:
+    w = _unit_canonical(w, m)
+    return w[np.unique(_residue_keys(w, m), return_index=True)[1]]
+
+
+def _residue_side_sets(spec: Spec, side: str, limbs: int, coefficient_bound: int, max_rows: int,
+                       deadline: float = math.inf, progress=None) -> SideSets:
+    """:func:`side_sets` for residues: covering weights kept one per unit orbit.  The
+    stabilizer trick of the exact case is not used (the lists are small after the unit
+    reduction); each extra row filters the parent's list directly."""
+    m, digits = spec.modulus, spec.digit_values
+    identity = tuple(tuple(int(i == j) for j in range(limbs)) for i in range(limbs))
+    group = signed_permutations(limbs)
+    # Balanced residues |w| <= m // 2 reach every residue; coverage over D(I) = S^n is
+    # invariant under the group, so sorted non-negative weights are tested once.
+    grid = _grid(limbs, m // 2)
+    free = limb_vectors(identity, digits)
+    reps = _unique_canonical(grid[_covering(spec, side, free, grid)], m)
+    base = _unique_canonical(np.concatenate([_act_weights(g, reps) for g in group]), m) if len(reps) else reps
+    menu = extra_rows(limbs, coefficient_bound, digits)
+
+    def canon(extras):
+        return min((tuple(sorted(_normal(_act(g, r)) for r in extras)), g) for g in group)
+
+    found_rows, found_weights = [identity], [base]
+    level = {(): base} if len(base) else {}
+    for size in range(1, max_rows - limbs + 1):
+        nxt = {}
+        for extras, weights in level.items():
+            for row in menu:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"side {side}: time limit reached while enumerating covering row sets")
+                if row in extras:
+                    continue
+                rep, g = canon(extras + (row,))
+                if rep in nxt:
+                    continue
+                moved = _unique_canonical(_act_weights(g, weights), m)
+                keep = moved[_covering(spec, side, limb_vectors(identity + rep, digits), moved)]
+                if len(keep):
+                    nxt[rep] = keep
+        level = {k: nxt[k] for k in sorted(nxt)}
+        if progress:
+            progress(f"side {side}: {len(level)} covering row sets with {size} extra rows (up to symmetry)")
+        for extras, weights in level.items():
+            found_rows.append(identity + extras)
+            found_weights.append(weights)
+        if not level:
+            break
+    if progress:
+        progress(f"side {side}: {len(base)} covering weight vectors for the identity rows (up to units)")
+    return SideSets(tuple(found_rows), tuple(found_weights), m // 2, m)
+
+
+def _annihilator(generators, m: int) -> list[list[int]]:
+    """Generators of {c in Z_m^N : g . c == 0 (mod m) for every generator g}: the first N
+    coordinates of an integer-kernel basis of [G | -m I] (column Hermite reduction with a
+    unimodular transform, exact Python integers)."""
+    g = [list(map(int, row)) for row in generators]
+    p, n = len(g), len(g[0])
+    a = [row + [-m if i == k else 0 for k in range(p)] for i, row in enumerate(g)]
+    width = n + p
+    t = [[int(i == j) for j in range(width)] for i in range(width)]  # columns transform
+    col = 0
+    for i in range(p):
+        if col >= width:
+            break
+        while True:
+            live = [j for j in range(col, width) if a[i][j]]
+            if not live:
+                break
+            j0 = min(live, key=lambda j: abs(a[i][j]))
+            for mat in (a, t):  # swap columns col and j0
+                for row in mat:
+                    row[col], row[j0] = row[j0], row[col]
+            done = True
+            for j in range(col + 1, width):
+                if a[i][j]:
+                    q = a[i][j] // a[i][col]
+                    for mat in (a, t):
+                        for row in mat:
+                            row[j] -= q * row[col]
+                    done = done and a[i][j] == 0
+            if done:
+                col += 1
+                break
+    out = []
+    for j in range(col, width):
+        c = [t[k][j] % m for k in range(n)]
+        if any(c):
+            out.append(c)
+    return out
+
+
+def _pairs_mod(comp, ws_x, ws_y, lookup_y, m, x_is_a):
+    """(i, j) index pairs with x^T C_k y == 0 (mod m) for every C_k (or y^T C_k x): the
+    look-up of the kernel direction where it is one, a scan of ws_y elsewhere."""
+    c = np.array(comp, dtype=np.int64) % m
+    if not x_is_a:
+        c = c.transpose(0, 2, 1)
+    w = np.einsum("kij,ni->nkj", c, ws_x) % m  # constraints on y, per x
+    count, k, n = w.shape
+    # Per prime power q^e || m: where two rows are independent mod q, the kernel mod q^e
+    # is Z x_q (x_q their cross product); where that holds for every q the kernel mod m
+    # is Z x with x the CRT combination of the x_q, and a covering y is a unit times x.
+    direction = np.zeros((count, n), dtype=np.int64)
+    done = np.ones(count, dtype=bool)
+    for q, e in sympy.factorint(m).items():
+        qe = q**e
+        part = np.zeros((count, n), dtype=np.int64)
+        have = np.zeros(count, dtype=bool)
+        if n == 2:
+            candidates = (np.stack([w[:, a, 1], -w[:, a, 0]], axis=1) for a in range(k))
+        elif n == 3:
+            candidates = (np.cross(w[:, a], w[:, b]) for a, b in itertools.combinations(range(k), 2))
+        else:
+            candidates = ()
+        for x in candidates:
+            new = ~have & (x % q != 0).any(axis=1)
+            part[new] = x[new] % qe
+            have |= new
+        done &= have
+        # CRT: add the q^e component, (m / q^e) * ((m / q^e)^-1 mod q^e) * x_q.
+        rest = m // qe
+        direction = (direction + part * (rest * pow(rest, -1, qe) % m)) % m
+    hits_i, hits_j = [], []
+    sorted_keys, order = lookup_y
+    idx = np.flatnonzero(done)
+    if len(idx):
+        cand = _unit_canonical(direction[idx], m)
+        keys = _residue_keys(cand, m)
+        pos = np.minimum(np.searchsorted(sorted_keys, keys), len(sorted_keys) - 1)
+        ok = (sorted_keys[pos] == keys) & ~(np.einsum("nkj,nj->nk", w[idx], cand) % m).any(axis=1)
+        hits_i.extend(idx[ok].tolist())
+        hits_j.extend(order[pos[ok]].tolist())
+    # The scan, a block of x at a time: y . w_k for every covering y and every row k.
+    wide = np.flatnonzero(~done)
+    y_float = ws_y.astype(np.float64)
+    block = max(1, 2**21 // max(1, len(ws_y) * k))
+    for start in range(0, len(wide), block):
+        idx = wide[start : start + block]
+        # float64 BLAS: every dot is below n m^2 < 2^53, so exact.
+        dots = np.fmod(y_float @ w[idx].reshape(-1, n).T.astype(np.float64), m)  # N_y x (len(idx) * K)
+        ok = ~dots.reshape(len(ws_y), len(idx), k).any(axis=2)
+        j, i = np.nonzero(ok)
+        hits_i.extend(idx[i].tolist())
+        hits_j.extend(j.tolist())
+    return hits_i, hits_j
+
+
+def residue_lower_bound(spec: Spec) -> tuple[int, str | None]:
+    """(bound, reason) for every residue encoding of ``spec`` when m is prime, else (1, None).
+
+    Over the field F_p the rank argument of the module doc holds verbatim: P >= r_A + r_B
+    - 1 with r the rank mod p of a side's plane rows.  With rank r, u is (mod p) a
+    combination of r independent rows, so the residues reached are alpha . S^r: r is at
+    least the fewest terms alpha_1 S + ... + alpha_r S that give all of Z_p, found here
+    exhaustively for r <= 2 (alpha_1 = 1 after scaling by a unit)."""
+    m = spec.modulus
+    if m is None or not sympy.isprime(m):
+        return 1, None
+    s = np.array(sorted(spec.digit_values), dtype=np.int64)
+    if len(np.unique(s % m)) == m:
+        return 1, None
+    two = any(len(np.unique((s[:, None] + b * s[None, :]) % m)) == m for b in range(1, m))
+    r = 2 if two else 3
+    reason = (f"{m} is prime: over F_{m} every encoding needs P >= r_A + r_B - 1 with r >= {r} the rank mod {m} "
+              f"of a side's plane rows ({'one term' if r == 2 else 'no two terms'} alpha S"
+              f"{'' if r == 2 else ' + beta S'} cover Z_{m}), so P >= {2 * r - 1}")
+    return 2 * r - 1, reason
 
 
 def supports(ka: int, kb: int, size: int):
@@ -352,15 +574,22 @@ def _pairs_in_span(comp, ws_x, ws_y, lookup_y, bound_y, divisors, x_is_a):
     return hits_i, hits_j
 
 
-def build_lambda_model(generators, target, bound: int):
+def build_lambda_model(generators, target, bound: int, modulus: int | None = None):
     """CP-SAT model: nonzero integer coefficients ``lam[t]`` in [-bound, bound] with
-    sum_t lam[t] * generators[t] == target (the identity with the planes fixed)."""
+    sum_t lam[t] * generators[t] == target (the identity with the planes fixed); with a
+    modulus, coefficients are balanced nonzero residues and the sums agree mod m."""
     model = cp_model.CpModel()
-    lam = [model.NewIntVar(-bound, bound, f"lam[{t}]") for t in range(len(generators))]
+    lo, hi = (-bound, bound) if modulus is None else (-(modulus // 2), modulus - 1 - modulus // 2)
+    lam = [model.NewIntVar(lo, hi, f"lam[{t}]") for t in range(len(generators))]
     for t, var in enumerate(lam):
         model.Add(var != 0)
     for i, want in enumerate(target):
-        model.Add(sum(int(g[i]) * var for g, var in zip(generators, lam)) == int(want))
+        lhs = sum(int(g[i]) * var for g, var in zip(generators, lam))
+        if modulus is None:
+            model.Add(lhs == int(want))
+        else:
+            reach = (sum(abs(int(g[i])) for g in generators) * max(-lo, hi) + abs(int(want))) // modulus + 1
+            model.Add(lhs == int(want) + modulus * model.NewIntVar(-reach, reach, f"k[{i}]"))
     return model, lam
 
 
@@ -380,21 +609,24 @@ def search_product(spec: Spec, family: ProductFamily, *, seed: int = 0, workers:
     ``time_limit`` bounds everything: side enumeration, join and coefficient solving.
     ``cache`` (a dict) keeps enumerated sides between calls on the same spec, so a ladder
     of families that share one side's bounds enumerates it once."""
-    if spec.modulus is not None:
-        raise ValueError("search_product handles exact products; residues use search.engine.search")
     start = time.monotonic()
     deadline = start + time_limit
     report = progress or (lambda _msg: None)
-    bound = lower_bound(spec)
-    notes = (f"every exact encoding needs at least {bound} products: plane values in a set of "
-             f"{len(spec.digit_values)} digits need rank >= {minimal_limbs(spec.count('a'), spec.digits)} (A) and "
-             f">= {minimal_limbs(spec.count('b'), spec.digits)} (B), and P >= rank_A + rank_B - 1",)
+    m = spec.modulus
+    if m is None:
+        bound = lower_bound(spec)
+        notes = (f"every exact encoding needs at least {bound} products: plane values in a set of "
+                 f"{len(spec.digit_values)} digits need rank >= {minimal_limbs(spec.count('a'), spec.digits)} (A) "
+                 f"and >= {minimal_limbs(spec.count('b'), spec.digits)} (B), and P >= rank_A + rank_B - 1",)
+    else:
+        bound, reason = residue_lower_bound(spec)
+        notes = (f"every residue encoding needs at least {bound} products: {reason}",) if reason else ()
 
     def result(status, candidate=None, lower=bound):
         out = Result(spec, family, status, candidate, lower, time.monotonic() - start, seed, workers, time_limit,
                      notes=notes)
         if candidate is not None:
-            out.identity = identity_text(candidate.weights_a, candidate.weights_b, candidate.planes, None)
+            out.identity = identity_text(candidate.weights_a, candidate.weights_b, candidate.planes, m)
         return out
 
     if bound > family.products:
@@ -405,10 +637,10 @@ def search_product(spec: Spec, family: ProductFamily, *, seed: int = 0, workers:
         cache = {} if cache is None else cache
         sides = {}
         for s in "ab":
-            key = (spec.digits, spec.side_range(s), family.limbs(s), family.coefficient_bound(s),
+            key = (spec.digits, spec.side_range(s), m, family.limbs(s), family.coefficient_bound(s),
                    family.weight_bound(s), family.products)
             if key not in cache:
-                cache[key] = side_sets(spec, s, *key[2:], deadline, report)
+                cache[key] = side_sets(spec, s, *key[3:], deadline, report)
             sides[s] = cache[key]
     except TimeoutError as err:
         report(str(err))
@@ -421,6 +653,12 @@ def search_product(spec: Spec, family: ProductFamily, *, seed: int = 0, workers:
     need = targets(spec, "a") + targets(spec, "b")
     g_targets = math.gcd(*need)
     divisors = [k for d in range(1, g_targets + 1) if g_targets % d == 0 for k in (d, -d)]
+    if m is None:
+        def pairs_in_span(comp, ws_x, ws_y, lookup_y, bound_y, x_is_a):
+            return _pairs_in_span(comp, ws_x, ws_y, lookup_y, bound_y, divisors, x_is_a)
+    else:
+        def pairs_in_span(comp, ws_x, ws_y, lookup_y, bound_y, x_is_a):
+            return _pairs_mod(comp, ws_x, ws_y, lookup_y, m, x_is_a)
 
     for size in range(bound, family.products + 1):
         hits, tried = [], 0
@@ -442,13 +680,14 @@ def search_product(spec: Spec, family: ProductFamily, *, seed: int = 0, workers:
                     seen |= _orbit(cells, perms["a", na], perms["b", nb], same_sides and na == nb)
                     tried += 1
                     gens = [[x * y for x in fa[i] for y in gb[j]] for i, j in cells]
-                    comp = [np.array(c).reshape(len(fa[0]), len(gb[0])) for c in nullspace(gens, len(gens[0]))]
+                    basis = nullspace(gens, len(gens[0])) if m is None else _annihilator(gens, m)
+                    comp = [np.array(c).reshape(len(fa[0]), len(gb[0])) for c in basis]
                     ra, rb = reps["a", na], reps["b", nb]
                     if comp and len(ra) <= len(rb):
-                        ii, jj = _pairs_in_span(comp, ra, wb, lookups["b", nb], family.weight_bound_b, divisors, True)
+                        ii, jj = pairs_in_span(comp, ra, wb, lookups["b", nb], family.weight_bound_b, True)
                         xa, xb = ra, wb
                     elif comp:
-                        jj, ii = _pairs_in_span(comp, rb, wa, lookups["a", na], family.weight_bound_a, divisors, False)
+                        jj, ii = pairs_in_span(comp, rb, wa, lookups["a", na], family.weight_bound_a, False)
                         xa, xb = wa, rb
                     else:
                         ii, jj = (x.ravel().tolist() for x in np.meshgrid(np.arange(len(ra)), np.arange(len(wb))))
@@ -456,7 +695,7 @@ def search_product(spec: Spec, family: ProductFamily, *, seed: int = 0, workers:
                     if not ii:
                         continue
                     uv = (xa[ii][:, :, None] * xb[jj][:, None, :]).reshape(len(ii), -1)
-                    inside = members(echelon(gens), uv)
+                    inside = members(echelon(gens, m), uv if m is None else uv % m)
                     for i, j in zip(np.asarray(ii)[inside], np.asarray(jj)[inside]):
                         hits.append(_Hit(fa, gb, cells, tuple(map(int, xa[i])), tuple(map(int, xb[j]))))
         report(f"{size} products: {tried} plane sets joined, {len(hits)} in the lattice "
@@ -490,7 +729,7 @@ def _best(spec, family, hits, *, seed, workers, deadline):
             return "timeout"
         gens = [[x * y for x in hit.rows_a[i] for y in hit.rows_b[j]] for i, j in hit.cells]
         target = [x * y for x in hit.u for y in hit.v]
-        model, lam = build_lambda_model(gens, target, family.lambda_bound)
+        model, lam = build_lambda_model(gens, target, family.lambda_bound, spec.modulus)
         solver, status = solve(model, seed=seed, workers=workers, time_limit=left)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             if status == cp_model.INFEASIBLE:
@@ -499,6 +738,8 @@ def _best(spec, family, hits, *, seed, workers, deadline):
         planes = tuple((hit.rows_a[i], hit.rows_b[j], solver.Value(x)) for (i, j), x in zip(hit.cells, lam))
         used_a = sorted({f for f, _, _ in planes})
         used_b = sorted({g for _, g, _ in planes})
-        return Candidate(hit.u, hit.v, planes, choose_limbs(spec, "a", hit.u, used_a),
-                         choose_limbs(spec, "b", hit.v, used_b))
+        u, v = hit.u, hit.v
+        if spec.modulus is not None:  # balanced residues read better; any representative works
+            u, v = (tuple(x - spec.modulus if x > spec.modulus // 2 else x for x in w) for w in (u, v))
+        return Candidate(u, v, planes, choose_limbs(spec, "a", u, used_a), choose_limbs(spec, "b", v, used_b))
     return None

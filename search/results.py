@@ -14,6 +14,7 @@ from ozaki.formats import encoding_from_dict, encoding_to_dict, plan_from_dict, 
 
 from search.engine import Result
 from search.plan import PlanResult, capacity_needed
+from search.spec import ProductFamily
 
 __all__ = ["encoding_dict", "plan_dict", "search_record"]
 
@@ -37,7 +38,9 @@ def _certificate(result: Result) -> dict:
     out = {"claim": claim, "proven": proven, "family": fam, "products_lower_bound": result.products_lower_bound}
     if result.notes:
         out["beyond_the_family"] = list(result.notes)
-    if result.spec.modulus is not None:
+    if result.spec.modulus is not None and not isinstance(result.family, ProductFamily):
+        # search.engine's residue families fix u_0 = 1; search.products reduces by units
+        # without that assumption.
         out["assumes"] = "some A weight is a unit mod m (no restriction when m is a prime power)"
     return out
 

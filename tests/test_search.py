@@ -17,7 +17,16 @@ from search.engine import search
 from search.identity import identity_text
 from search.lattice import echelon, members
 from search.plan import capacity_needed, choose_moduli
-from search.products import extra_rows, lower_bound, nullspace, row_permutations, search_product, supports
+from search.products import (
+    _annihilator,
+    extra_rows,
+    lower_bound,
+    nullspace,
+    residue_lower_bound,
+    row_permutations,
+    search_product,
+    supports,
+)
 from search.results import encoding_dict, search_record
 from search.sides import choose_limbs, limb_vectors, menu, peaks
 from search.spec import Family, Spec, default_family, minimal_limbs, product_family
@@ -49,6 +58,40 @@ def test_residue_found_from_scratch_with_fewest_products(modulus, digits, produc
     assert d["search"]["certificate"]["proven"] is True
     limit = 2**24 if digits.startswith("fp") else 2**31 - 1
     assert d["k_window"] == limit // d["max_plane_product"]
+
+
+def test_three_limb_residue_found_from_scratch_by_the_modular_pairs_join():
+    # 126 (= 2 * 7 * 9): the 1- and 2-limb families are refuted first (no 2-limb side
+    # covers Z_126), then the plane-coordinate join mod 126 finds 3 products: one plane
+    # per limb, a CRT split into 9, 7 and 2 (each a single digit mod its factor).
+    # max_products = 3 keeps the side enumeration to the identity rows (seconds).
+    result, ladder = find_residue(126, "fp4", workers=1, time_limit=60, max_products=3)
+    assert [rung["status"] for rung in ladder] == ["infeasible", "infeasible", "optimal"]
+    assert ladder[-1]["join"] == "pairs"
+    assert result.status == "optimal" and result.candidate.products == 3
+    d = encoding_dict(result, "res126-fp4-3", search_record(result, "pairs"))  # exhaustive re-verification
+    assert d["modulus"] == 126 and d["products"] == 3
+    assert "assumes" not in d["search"]["certificate"]  # units are reduced without assuming a unit weight
+
+
+def test_residue_lower_bound_over_prime_fields():
+    assert residue_lower_bound(Spec.residue(13, "fp4"))[0] == 1  # S holds every residue mod 13
+    assert residue_lower_bound(Spec.residue(157, "fp4"))[0] == 3  # S + 24 S = Z_157
+    bound, reason = residue_lower_bound(Spec.residue(163, "fp4"))
+    assert bound == 5 and "no two terms" in reason  # alpha S + beta S never covers Z_163
+    assert residue_lower_bound(Spec.residue(126, "fp4")) == (1, None)  # composite: no claim
+
+
+@pytest.mark.parametrize("modulus", [6, 8, 9])
+def test_annihilator_generates_every_solution(modulus):
+    rng = np.random.default_rng(modulus)
+    gens = rng.integers(-3, 4, size=(2, 4)).tolist()
+    ann = _annihilator(gens, modulus)
+    g = np.array(gens, dtype=np.int64)
+    assert all(((g @ np.array(c)) % modulus == 0).all() for c in ann)
+    every = np.array(list(itertools.product(range(modulus), repeat=4)), dtype=np.int64)
+    solutions = every[((every @ g.T) % modulus == 0).all(axis=1)]
+    assert members(echelon(ann, modulus), solutions).all()
 
 
 def test_residue_infeasible_is_proven():

@@ -73,7 +73,10 @@ def test_product_time_limit_bounds_the_search(capsys):
          "products must be at least 1"),
         (["product", "--a=-20:20", "--b=-1:1", "--digits", "int4", "--max-products", "1", "--limbs-a", "1"], 1,
          "infeasible (proven), nothing found"),
-        (["residue", "--modulus", "256", "--digits", "fp4", "--time-limit", "30"], 1, "no residue encoding mod 256"),
+        # 163 is prime and no alpha S + beta S covers Z_163: over F_163 every encoding needs
+        # 5 products, so a cap of 4 is refuted without a search (after 1 and 2 limbs).
+        (["residue", "--modulus", "163", "--digits", "fp4", "--max-products", "4"], 1,
+         "no residue encoding mod 163 over fp4 with up to 3 limbs per side and 4 products (proven"),
         (["plan", "--digits", "fp4", "--input-bits", "53", "--k-max", "16384", "--catalog", "/nonexistent"], 2,
          "no fp4 residue encodings"),
         (["fastest", "--time-per-product", "fp9=1", "--input-bits", "53", "--k-max", "16"], 2, "unknown digit set 'fp9'"),

@@ -177,6 +177,10 @@ WORKSPACE_BUDGET = 2
 # Block heights are multiples of the plane GEMM's tile height (128 or 256 rows in
 # kernels.modular.CONFIGS): only the last block of a product ends in a partial tile.
 ROW_GRANULE = 128
+# Where no block height meets the budget (B's planes alone past it), the blocks this many:
+# each block costs launches, syncs and a check of all of B's planes, and on the H200 fp8
+# planes streamed in 128-row blocks took seconds at n = 4096 for a peak barely lower.
+BLOCKS_PAST_BUDGET = 8
 
 
 def _phases(k: int, n: int, *, digits: str, planes: int, moduli: int) -> tuple[tuple[float, float], ...]:
@@ -198,14 +202,17 @@ def stream_rows(m: int, k: int, n: int, *, digits: str, planes: int, moduli: int
     """Rows of A per block of the fused path, which streams over blocks of A's rows against
     all of B's planes: the most, in multiples of :data:`ROW_GRANULE` and spread evenly over
     the blocks, whose peak (:func:`workspace_bytes`) stays within :data:`WORKSPACE_BUDGET`
-    times the bytes of A, B and C; one granule where none does (B's planes alone past the
-    budget: very wide B), all of A where all fits.  The reference engine does not stream: m."""
+    times the bytes of A, B and C; :data:`BLOCKS_PAST_BUDGET` blocks where no height does
+    (B's planes alone past the budget: very wide B, or many planes); all of A where all fits.
+    The reference engine does not stream: m."""
     if digits == "reference":
         return m
     budget = WORKSPACE_BUDGET * 8 * (m * k + k * n + m * n)
     fitting = min((budget - fixed) // per_row for fixed, per_row in _phases(k, n, digits=digits, planes=planes,
                                                                              moduli=moduli))
-    most = max(int(fitting) // ROW_GRANULE, 1) * ROW_GRANULE
+    most = int(fitting) // ROW_GRANULE * ROW_GRANULE
+    if most < ROW_GRANULE:
+        most = -(-m // (BLOCKS_PAST_BUDGET * ROW_GRANULE)) * ROW_GRANULE
     if most >= m:
         return max(m, 1)
     # As many blocks as the budget needs, each as low as that allows: a lower peak, and no

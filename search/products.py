@@ -254,16 +254,28 @@ def _units(m: int) -> np.ndarray:
 
 
 def _unit_canonical(w: np.ndarray, m: int) -> np.ndarray:
-    """Per row of ``w``: the unit multiple c w mod m with the smallest key (residues)."""
+    """Per row of ``w``: one representative of its orbit under the units of Z_m (any unit
+    multiple covers and solves as well).  A row with a unit entry is scaled so that its
+    first unit entry is 1 (the position is orbit-invariant, the scale unique); a row
+    without one (possible only for composite m) takes the multiple with the smallest
+    residue key."""
     w = np.asarray(w, dtype=np.int64) % m
     units = _units(m)
-    out = np.empty_like(w)
+    inverse = np.zeros(m, dtype=np.int64)
+    inverse[units] = [pow(int(c), -1, m) for c in units]
+    is_unit = inverse[w] != 0
+    has = is_unit.any(axis=1)
+    first = is_unit.argmax(axis=1)
+    out = w.copy()
+    rows = np.flatnonzero(has)
+    out[rows] = (w[rows] * inverse[w[rows, first[rows]]][:, None]) % m
+    rest = np.flatnonzero(~has)
     chunk = max(1, 2**22 // (len(units) * max(1, w.shape[1])))
-    for start in range(0, len(w), chunk):
-        block = w[start : start + chunk]
-        images = (units[:, None, None] * block[None]) % m  # U x N x n
+    for start in range(0, len(rest), chunk):
+        idx = rest[start : start + chunk]
+        images = (units[:, None, None] * w[idx][None]) % m  # U x N x n
         keys = (images * m ** np.arange(w.shape[1], dtype=np.int64)).sum(axis=2)
-        out[start : start + chunk] = images[keys.argmin(axis=0), np.arange(len(block))]
+        out[idx] = images[keys.argmin(axis=0), np.arange(len(idx))]
     return out
 
 

@@ -21,7 +21,7 @@ from .crt import garner, round_to_float64
 from .formats import Encoding
 from .products import direct_products, plane_products
 from .residues import crt_capacity, has_capacity, reference_moduli, residues
-from .scaling import exact_bits, fixed_bits, row_shifts, scale_rows
+from .scaling import Extents, exact_bits_of, fixed_bits_of, row_extents, scale_rows, shifts_of
 
 __all__ = ["ENGINES", "Moduli", "choose_moduli", "emulated_matmul", "native_verdict", "prefers_native", "row_bits",
            "stage_times"]
@@ -49,10 +49,14 @@ class Moduli:
 
 def row_bits(x: torch.Tensor, accuracy: Accuracy) -> torch.Tensor:
     """Bits kept per row of x for the requested accuracy (see :mod:`ozaki.scaling`)."""
+    return _bits_of(row_extents(x), accuracy)
+
+
+def _bits_of(extents: Extents, accuracy: Accuracy) -> torch.Tensor:
     if accuracy in ("fp64", "exact"):
         # The fp64 target needs each row's lossless width (see scaling.exact_bits).
-        return exact_bits(x)
-    return fixed_bits(x, accuracy)
+        return exact_bits_of(extents)
+    return fixed_bits_of(extents, accuracy)
 
 
 def _plan_moduli(digits: str, min_product: int) -> Moduli | None:
@@ -93,7 +97,8 @@ def emulated_matmul(a: torch.Tensor, b: torch.Tensor, *, accuracy: Accuracy = "f
 
     with _stage("encode", device):
         # 1. Scale: A' = round(diag(2^s) A), B' = round(B diag(2^t)), |A'| ≤ 2^p − 1, |B'| ≤ 2^q − 1.
-        bits_a, bits_b = row_bits(a, accuracy), row_bits(bt, accuracy)
+        extents_a, extents_b = _extents(a), _extents(bt)
+        bits_a, bits_b = _bits_of(extents_a, accuracy), _bits_of(extents_b, accuracy)
         p = int(bits_a.max()) if bits_a.numel() else 0
         q = int(bits_b.max()) if bits_b.numel() else 0
 
@@ -108,7 +113,7 @@ def emulated_matmul(a: torch.Tensor, b: torch.Tensor, *, accuracy: Accuracy = "f
         # With Triton, stages 2–5 run fused and streamed over blocks of A's rows.
         fused = plan.encodings is not None and _kernels_available(device)
         if fused:
-            shift_a, shift_b = row_shifts(a, bits_a), row_shifts(bt, bits_b)
+            shift_a, shift_b = shifts_of(extents_a.row_max, bits_a), shifts_of(extents_b.row_max, bits_b)
         else:
             # 2. Residues: A'_i = A' mod m_i, B'_i = B' mod m_i.
             sa, sb = scale_rows(a, bits_a), scale_rows(bt, bits_b)
@@ -220,6 +225,17 @@ def _kernels_available(device: torch.device) -> bool:
     """The Triton path runs on CUDA tensors.  (Triton's CPU interpreter runs it too, but one
     step per tile takes milliseconds: tests call it there on small shapes explicitly.)"""
     return device.type == "cuda"
+
+
+def _extents(x: torch.Tensor) -> Extents:
+    """What stage 1 reads of x's rows (:func:`ozaki.scaling.row_extents`): with Triton in one
+    pass of ``kernels.extents`` (for Bᵀ, B's columns in place: no transposed copy), the same
+    integers, so the same bits, shifts, p, q and plan."""
+    if not _kernels_available(x.device):
+        return row_extents(x)
+    from kernels.extents import row_extents_kernel  # noqa: PLC0415  (Triton is needed on this path only)
+
+    return row_extents_kernel(x)
 
 
 def _fused_by_row_blocks(a: torch.Tensor, bt: torch.Tensor, shift_a: torch.Tensor, shift_b: torch.Tensor,

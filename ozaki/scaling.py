@@ -9,6 +9,10 @@ the row maximum up to 2^p_i (see :func:`row_shifts`; never in lossless mode).  R
 to nearest, ties to even; it is the only lossy step of the whole emulation, so the choice
 of ``p_i`` decides the accuracy.  Columns of B are rows of Bᵀ.
 
+Bits and shifts read two numbers of a row, its :class:`Extents` (largest magnitude, lowest
+set bit): :func:`exact_bits_of`, :func:`fixed_bits_of` and :func:`shifts_of` take them from
+:func:`row_extents` here, or from the one-pass Triton kernel ``kernels.extents`` on CUDA.
+
 Every integer is kept as ``mantissa · 2^exponent`` (``exponent ≥ 0``, ``|mantissa| ≤ 2^53``)
 so rows may keep any number of bits — far more than int64 holds — and residues are taken
 straight from that form (see :mod:`ozaki.residues`).
@@ -23,11 +27,17 @@ import torch
 from ._bits import blocks, ldexp, pow2, round_
 
 __all__ = [
+    "NO_SET_BIT",
+    "Extents",
     "Scaled",
     "exact_bits",
+    "exact_bits_of",
     "fixed_bits",
+    "fixed_bits_of",
+    "row_extents",
     "row_shifts",
     "scale_rows",
+    "shifts_of",
 ]
 
 _MANTISSA_BITS = 53
@@ -53,6 +63,8 @@ _FLOAT_BITS = 1023
 # A float64 with biased exponent field E ≥ 1 is (2^52 + fraction)·2^(E − 1075); subnormals
 # (E = 0) are fraction·2^-1074, the same formula with E = 1.
 _ULP_BIAS = _EXPONENT_BIAS + _FRACTION_BITS
+# A set bit's weight in row_extents, 1023 + t + max(E, 1), is 2^(weight − _WEIGHT_BIAS).
+_WEIGHT_BIAS = _EXPONENT_BIAS + _ULP_BIAS
 
 
 def _decompose(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -67,9 +79,28 @@ def _rows(x: torch.Tensor) -> torch.Tensor:
     return x.reshape(-1, x.shape[-1]).view(torch.int64)
 
 
-def _frexp_exponent(magnitude_bits: torch.Tensor) -> torch.Tensor:
-    """frexp's exponent of the non-negative float64s with these bit patterns."""
-    return torch.frexp(magnitude_bits.view(torch.float64))[1].to(torch.int64)
+# The lowest bit of an all-zero row: the identity of the min over its entries, above every
+# real lowest bit (≤ 1023), and int32's largest value, which is what kernels.extents stores.
+NO_SET_BIT = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class Extents:
+    """What stage 1 reads of each row of x: bits and shifts are functions of these alone
+    (:func:`exact_bits_of`, :func:`fixed_bits_of`, :func:`shifts_of`), whether they come from
+    :func:`row_extents` or from one pass of the Triton kernel ``kernels.extents``."""
+
+    row_max: torch.Tensor  # float64, one per row: the largest |x| (0.0 for an all-zero row)
+    lowest_bit: torch.Tensor  # int64, one per row: the exponent of the lowest set bit of any entry (NO_SET_BIT if none)
+
+    @property
+    def has_nonzero(self) -> torch.Tensor:
+        return self.row_max > 0
+
+
+def _top(row_max: torch.Tensor) -> torch.Tensor:
+    """The smallest integer t with row_max < 2^t: frexp's exponent (0 for 0.0)."""
+    return torch.frexp(row_max)[1].to(torch.int64)
 
 
 def _row_max(x: torch.Tensor) -> torch.Tensor:
@@ -82,26 +113,30 @@ def _row_max(x: torch.Tensor) -> torch.Tensor:
     return row_max.view(torch.float64).reshape(x.shape[:-1])
 
 
-def _row_extents(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per row: ``top``, ``lowest_bit`` (the weight of the lowest set bit of any entry) and
-    whether the row has a non-zero entry at all."""
+def row_extents(x: torch.Tensor) -> Extents:
+    """Per row of x (..., K): the largest |x| and the exponent of the lowest set bit of any
+    non-zero entry (subnormals included, zeros of either sign ignored)."""
     rows = _rows(x)
     count = rows.shape[0]
     row_max, lowest = (torch.zeros(count, dtype=torch.int64, device=x.device) for _ in range(2))
-    big = torch.iinfo(torch.int64).max
     for block in blocks(count, rows.shape[1], x.device):
         magnitude = rows[block] & _SIGN_MASK
         row_max[block] = magnitude.amax(dim=-1)
         zero = magnitude == 0
         # The lowest set bit of the significand (2^52 | fraction) is 2^t; converted to
         # float64 its exponent field is 1023 + t, and the bit weighs 2^(t + max(E, 1) − 1075).
+        # (Zeros get the weight that the bias below turns into NO_SET_BIT.)
         significand = magnitude | _HIDDEN_BIT
         lowest_set = (significand & -significand).to(torch.float64).view(torch.int64) >> _FRACTION_BITS
-        weight = lowest_set.add_((magnitude >> _FRACTION_BITS).clamp_(min=1)).masked_fill_(zero, big)
-        lowest[block] = weight.amin(dim=-1)
+        weight = lowest_set.add_((magnitude >> _FRACTION_BITS).clamp_(min=1))
+        lowest[block] = weight.masked_fill_(zero, NO_SET_BIT + _WEIGHT_BIAS).amin(dim=-1)
     shape = x.shape[:-1]
-    lowest_bit = (lowest - _EXPONENT_BIAS - _ULP_BIAS).reshape(shape)
-    return _frexp_exponent(row_max).reshape(shape), lowest_bit, (row_max > 0).reshape(shape)
+    return Extents(row_max.view(torch.float64).reshape(shape), (lowest - _WEIGHT_BIAS).reshape(shape))
+
+
+def exact_bits_of(extents: Extents) -> torch.Tensor:
+    """:func:`exact_bits` of the rows these are the extents of."""
+    return torch.where(extents.has_nonzero, _top(extents.row_max) - extents.lowest_bit, 0)
 
 
 def exact_bits(x: torch.Tensor) -> torch.Tensor:
@@ -113,8 +148,12 @@ def exact_bits(x: torch.Tensor) -> torch.Tensor:
     span top … low_top, and an entry's lowest set bit lies at most 53 places under its own
     exponent, so the lossless width is never wider than that target's.
     """
-    top, lowest_bit, has_nonzero = _row_extents(x)
-    return torch.where(has_nonzero, top - lowest_bit, 0)
+    return exact_bits_of(row_extents(x))
+
+
+def fixed_bits_of(extents: Extents, bits: int) -> torch.Tensor:
+    """:func:`fixed_bits` of the rows these are the extents of."""
+    return torch.clamp(exact_bits_of(extents), max=bits)
 
 
 def fixed_bits(x: torch.Tensor, bits: int) -> torch.Tensor:
@@ -124,7 +163,7 @@ def fixed_bits(x: torch.Tensor, bits: int) -> torch.Tensor:
     row's grid 2^-s_i, see :func:`row_shifts`), so with ε = 1/(2^bits − 1)
     |Ĉ_ij − C_ij| ≤ ε (max|A_i:|·Σ_k|B_kj| + Σ_k|A_ik|·max|B_:j|) + ε²·K·max|A_i:|·max|B_:j| + u|C_ij|.
     """
-    return torch.minimum(exact_bits(x), torch.tensor(bits, dtype=torch.int64, device=x.device))
+    return fixed_bits_of(row_extents(x), bits)
 
 
 def row_shifts(x: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:
@@ -143,13 +182,18 @@ def row_shifts(x: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:
     """
     if x.dtype != torch.float64:
         raise TypeError(f"scaling needs float64 input, got {x.dtype}")
-    if bits.shape != x.shape[:-1]:
-        raise ValueError(f"bits has shape {tuple(bits.shape)}, expected one entry per row {tuple(x.shape[:-1])}")
+    return shifts_of(_row_max(x), bits)
+
+
+def shifts_of(row_max: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:
+    """:func:`row_shifts` of rows whose largest |x| is ``row_max`` (float64, one per row,
+    e.g. ``Extents.row_max``): the shift and the carry rule need nothing else of a row."""
+    if bits.shape != row_max.shape:
+        raise ValueError(f"bits has shape {tuple(bits.shape)}, expected one entry per row {tuple(row_max.shape)}")
     if bits.numel() and int(bits.min()) < 0:
         raise ValueError("bits per row must be non-negative")
-    row_max = _row_max(x)
     has_nonzero = row_max > 0
-    shift = torch.where(has_nonzero, bits - torch.frexp(row_max)[1].to(torch.int64), 0)
+    shift = torch.where(has_nonzero, bits - _top(row_max), 0)
     # Below 53 bits the scaled maximum lies in [2^(p−1), 2^p) ⊂ [½, 2^52): exact, and round_'s range.
     narrow = has_nonzero & (bits < _MANTISSA_BITS)
     scaled = ldexp(row_max, torch.where(narrow, shift, 0))

@@ -48,10 +48,16 @@ json.dump(out, open(sys.argv[2], "w"))
 def compile_variants(variants: dict, folder: Path) -> subprocess.CompletedProcess | dict[str, str]:
     """PTX of each variant from one subprocess, or the finished process when it failed."""
     request = {name: (v[0], v[1], vars(v[2]), v[3] if len(v) > 3 else True) for name, v in variants.items()}
+    return _compiled(_SCRIPT, json.dumps(request), folder)
+
+
+def _compiled(script: str, request: str, folder: Path) -> subprocess.CompletedProcess | dict[str, str]:
+    """The JSON that ``script`` writes to its second argument from a process without
+    TRITON_INTERPRET, or the finished process when it failed."""
     target = folder / "ptx.json"
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    done = subprocess.run([sys.executable, "-c", _SCRIPT, json.dumps(request), str(target)], env=env, cwd=ROOT,
+    done = subprocess.run([sys.executable, "-c", script, request, str(target)], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=900)
     return json.loads(target.read_text()) if done.returncode == 0 else done
 
@@ -112,3 +118,27 @@ def test_residue_reduction_avoids_int64_division(ptx):
     # Emulated 64-bit division in the epilogue once cost as much as the K loop.
     for text in ptx.values():
         assert not re.search(r"\b(?:div|rem)\.[su]64\b", text)
+
+
+_EXTENTS_SCRIPT = """
+import json, sys
+from kernels.extents import compile_ptx
+json.dump({f"{operand}-{aligned}": compile_ptx(90, operand, aligned)
+           for operand, aligned in json.loads(sys.argv[1])}, open(sys.argv[2], "w"))
+"""
+
+
+def test_extents_kernel_reads_both_operands_coalesced_without_spills(tmp_path):
+    # Stage 1 is a pass over memory: no local memory (spills would add traffic per entry),
+    # and where the data allows vector loads (aligned), the unit-stride axis (K for A, B's
+    # columns for Bᵀ) is the one read in them, i.e. the fastest axis of the tile's layout.
+    variants = [(operand, aligned) for operand in "ab" for aligned in (True, False)]
+    result = _compiled(_EXTENTS_SCRIPT, json.dumps(variants), tmp_path)
+    assert isinstance(result, dict), result.stderr[-4000:]
+    for operand, aligned in variants:
+        text = result[f"{operand}-{aligned}"]
+        assert ".entry _extents_kernel" in text
+        assert ".local" not in text, operand
+        # One atomic per row and chunk: the int64 pattern's max, the int32 lowest bit's min.
+        assert re.search(r"atom\.global\S*\.max\.s64", text) and re.search(r"atom\.global\S*\.min\.s32", text)
+        assert ("ld.global.v2.b64" in text) == aligned, (operand, aligned)

@@ -22,7 +22,7 @@ from ozaki import catalog, pipeline
 from ozaki.crt import HALF_MODULUS_ERROR, garner, round_to_float64, signed_limbs
 from ozaki.products import direct_products, plane_products
 from ozaki.residues import crt_capacity, has_capacity, reference_moduli, residues
-from ozaki.scaling import exact_bits, fixed_bits, row_shifts, scale_rows
+from ozaki.scaling import NO_SET_BIT, exact_bits, fixed_bits, row_extents, row_shifts, scale_rows
 
 
 def _descending_primes(top: int, count: int) -> tuple[int, ...]:
@@ -91,6 +91,26 @@ def test_scale_rows_rounds_to_nearest_even(case):
         # The shift is the largest that keeps the row within p bits.
         if biggest:
             assert max(abs(round(Fraction(v) * Fraction(2) ** (shift + 1))) for v in row) > 2**b - 1
+
+
+def _lowest_set_bit(value: float) -> int:
+    """The exponent of the lowest set bit of a non-zero float: num/den in lowest terms has
+    den = 2^d and, when d > 0, an odd num."""
+    num, den = abs(value).as_integer_ratio()
+    return (num & -num).bit_length() - den.bit_length()
+
+
+@settings(max_examples=150, deadline=None)
+@given(_scaled_rows())
+def test_row_extents_follow_their_definition(case):
+    # What bits and shifts are computed from (scaling.exact_bits_of, fixed_bits_of, shifts_of),
+    # from Python's exact rationals; zeros of either sign ignored.
+    x, _ = case
+    extents = row_extents(torch.from_numpy(x))
+    for row, largest, lowest in zip(x.tolist(), extents.row_max.tolist(), extents.lowest_bit.tolist()):
+        nonzero = [v for v in row if v]
+        assert largest == max(map(abs, row)) and math.copysign(1.0, largest) == 1.0
+        assert lowest == (min(map(_lowest_set_bit, nonzero)) if nonzero else NO_SET_BIT)
 
 
 # Rows whose maximum rounds up to 2^p at p bits: the top is one higher.  (max, p, shift, integers)

@@ -1,0 +1,151 @@
+"""Stage 1's reads of a float64 matrix in one pass: per row, the largest |x| and the lowest set bit.
+
+The scaling (``ozaki.scaling``) needs two numbers per row of A and per column of B: the
+largest magnitude (for the row's top and the rounding carry of ``shifts_of``) and the
+exponent of the lowest set bit of any non-zero entry (for the lossless width of
+``exact_bits_of``).  In torch that is some ten elementwise passes over the operand plus a
+copy of Bᵀ (``reshape`` of a transposed view); this kernel reads each entry once, through
+the input's strides, so B's columns are read in place.
+
+Both results are reductions of exact integers by max and min, which are associative and
+commutative: the IEEE pattern of |x| (non-negative patterns order as their values) and the
+lowest bit's exponent.  So neither depends on the tile shape, the order of the tiles, the
+split of K over programs or the order in which their atomics land: every config gives the
+bits of ``ozaki.scaling.row_extents``, which the tests check entry for entry.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from triton.runtime.interpreter import InterpretedFunction
+
+from ozaki.scaling import NO_SET_BIT, Extents, row_extents
+
+__all__ = ["EXTENTS_BLOCK", "EXTENTS_WARPS", "compile_ptx", "reference_row_extents", "row_extents_kernel"]
+
+# K x rows per tile.  The load's layout puts the input's unit-stride axis fastest (K for A,
+# rows for Bᵀ, whose rows are B's columns), so one tile shape reads both coalesced; 2048
+# entries over 4 warps keep 16 entries and two accumulators per thread in registers.
+EXTENTS_BLOCK = (32, 64)
+EXTENTS_WARPS = 4
+# Enough programs to keep every SM of an H200 (132) streaming: K is split over programs
+# until the grid holds about this many (or each holds one tile of K).
+_TARGET_PROGRAMS = 4096
+# CUDA's limit on the grid's second axis, over which K is split.
+_MAX_CHUNKS = 65535
+# A float64 with biased exponent field E is significand * 2**(max(E, 1) - 1075); a set bit
+# 2**t of the significand, converted to float64, has exponent field 1023 + t.
+_WEIGHT_BIAS = tl.constexpr(1023 + 1075)
+_SIGN_MASK = tl.constexpr(0x7FFFFFFFFFFFFFFF)  # clears the sign bit of an IEEE pattern: the bits of |x|
+_HIDDEN_BIT = tl.constexpr(0x10000000000000)
+_NO_SET_BIT = tl.constexpr(NO_SET_BIT)
+
+
+@triton.jit
+def _extents_kernel(
+    x_ptr, max_ptr, lowest_ptr,
+    rows, K, stride_xr, stride_xk, k_chunk,
+    BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr,
+):
+    offs_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    row_mask = offs_r < rows
+    k_start = tl.program_id(1) * k_chunk
+    k_stop = tl.minimum(k_start + k_chunk, K)
+    # Elementwise running max and min over this program's K chunk; reduced across the tile
+    # once at the end, as a reduction over K crosses threads (for Bᵀ also warps).
+    largest = tl.zeros([BLOCK_K, BLOCK_R], dtype=tl.int64)
+    lowest = tl.full([BLOCK_K, BLOCK_R], _NO_SET_BIT, dtype=tl.int32)
+    for k0 in range(k_start, k_stop, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        # k_chunk is a multiple of BLOCK_K, so a tile never crosses into the next chunk.
+        mask = (offs_k[:, None] < K) & row_mask[None, :]
+        x = tl.load(x_ptr + offs_k[:, None].to(tl.int64) * stride_xk + offs_r[None, :].to(tl.int64) * stride_xr,
+                    mask=mask, other=0.0)
+        # Masked-off entries read as 0.0 and, like zeros of either sign, change neither result.
+        magnitude = x.to(tl.int64, bitcast=True) & _SIGN_MASK
+        largest = tl.maximum(largest, magnitude)
+        # The lowest set bit 2**t of the significand (hidden bit included; it is the lowest
+        # only for a zero fraction, where a subnormal would be 0) is exact in float64, whose
+        # exponent field then reads 1023 + t.
+        significand = magnitude | _HIDDEN_BIT
+        lowest_set = ((significand & -significand).to(tl.float64).to(tl.int64, bitcast=True) >> 52).to(tl.int32)
+        biased = (magnitude >> 52).to(tl.int32)
+        bit = lowest_set + tl.maximum(biased, 1) - _WEIGHT_BIAS
+        lowest = tl.minimum(lowest, tl.where(magnitude == 0, _NO_SET_BIT, bit))
+    # Other programs hold other chunks of the same rows: max and min commute, so the order in
+    # which the atomics land changes nothing.
+    tl.atomic_max(max_ptr + offs_r, tl.max(largest, axis=0), mask=row_mask)
+    tl.atomic_min(lowest_ptr + offs_r, tl.min(lowest, axis=0), mask=row_mask)
+
+
+def row_extents_kernel(x: torch.Tensor, *, block: tuple[int, int] = EXTENTS_BLOCK, chunks: int | None = None,
+                       num_warps: int = EXTENTS_WARPS) -> Extents:
+    """``ozaki.scaling.row_extents(x)`` in one pass: x is float64 ``[rows, K]`` with any
+    strides (for B pass Bᵀ, a view: its rows are B's columns, read in place).  ``block``
+    (BLOCK_K, BLOCK_R, powers of two), ``chunks`` (K split over this many programs per block
+    of rows; default: enough to fill the GPU) and ``num_warps`` change the speed, never the
+    result.  Only 2-D: the pipeline's products are (the frontend loops over batches), and
+    flattening a batch of transposed views would copy it."""
+    if not isinstance(x, torch.Tensor) or x.dtype != torch.float64:
+        raise TypeError(f"x must be a float64 tensor, got {getattr(x, 'dtype', type(x).__name__)}")
+    if x.dim() != 2:
+        raise ValueError(f"x has shape {tuple(x.shape)}: expected [rows, K]")
+    if len(block) != 2 or any(b < 1 or b & (b - 1) for b in block):
+        raise ValueError(f"block must be two powers of two (BLOCK_K, BLOCK_R), got {block}")
+    if chunks is not None and chunks < 1:
+        raise ValueError(f"chunks must be at least 1, got {chunks}")
+    rows, k = x.shape
+    if max(rows, k) >= 2**31 - max(block):
+        raise ValueError(f"x has shape {tuple(x.shape)}: rows and K must stay below 2**31 (int32 offsets in a tile)")
+    largest = torch.zeros(rows, dtype=torch.int64, device=x.device)
+    lowest = torch.full((rows,), NO_SET_BIT, dtype=torch.int32, device=x.device)
+    if x.numel():
+        block_k, block_r = block
+        row_blocks, k_tiles = triton.cdiv(rows, block_r), triton.cdiv(k, block_k)
+        if chunks is None:
+            chunks = triton.cdiv(_TARGET_PROGRAMS, row_blocks)
+        tiles_per_chunk = triton.cdiv(k_tiles, min(chunks, k_tiles))
+        grid = (row_blocks, triton.cdiv(k_tiles, tiles_per_chunk))
+        if grid[1] > _MAX_CHUNKS:
+            raise ValueError(f"{grid[1]} chunks of K pass CUDA's grid limit {_MAX_CHUNKS}: ask for fewer")
+        _extents_kernel[grid](
+            x, largest, lowest, rows, k, x.stride(0), x.stride(1), tiles_per_chunk * block_k,
+            BLOCK_K=block_k, BLOCK_R=block_r, num_warps=num_warps,
+        )
+    return Extents(row_max=largest.view(torch.float64), lowest_bit=lowest.to(torch.int64))
+
+
+def reference_row_extents(x: torch.Tensor) -> Extents:
+    """The torch definition the kernel reproduces (``ozaki.scaling.row_extents``)."""
+    return row_extents(x)
+
+
+def compile_ptx(capability: int = 90, operand: str = "a", aligned: bool = True) -> str:
+    """PTX of the extents kernel on ``sm_<capability>``, compiled without a GPU, for the
+    operand's unit stride: "a" reads K contiguous (rows of A), "b" rows contiguous (Bᵀ).
+    ``aligned`` specializes as the launch does for 16-byte aligned data (torch's allocations)
+    with rows, K and the other stride multiples of 16 (n = 16384): the case where the
+    unit-stride axis, fastest in the layout, is read in vector loads.
+
+    Needs compiled kernels: under ``TRITON_INTERPRET=1`` the kernel is an interpreter
+    object, so run this in a process without that variable."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    if isinstance(_extents_kernel, InterpretedFunction):
+        raise RuntimeError("compile_ptx needs compiled kernels: run it in a process without TRITON_INTERPRET=1")
+    unit, other = {"a": ("stride_xk", "stride_xr"), "b": ("stride_xr", "stride_xk")}.get(operand, (None, None))
+    if unit is None:
+        raise ValueError(f"operand must be 'a' or 'b', got {operand!r}")
+    names = list(_extents_kernel.arg_names)
+    pointers = {"x_ptr": "*fp64", "max_ptr": "*i64", "lowest_ptr": "*i32"}
+    constexprs = {"BLOCK_K": EXTENTS_BLOCK[0], "BLOCK_R": EXTENTS_BLOCK[1], unit: 1}
+    signature = {name: pointers.get(name, "i32") for name in names}
+    signature.update({name: "constexpr" for name in constexprs})
+    divisible = [*pointers, "rows", "K", other, "k_chunk"] if aligned else []
+    attrs = {(names.index(name),): [["tt.divisibility", 16]] for name in divisible}
+    source = ASTSource(_extents_kernel, signature, constexprs, attrs=attrs)
+    options = {"num_warps": EXTENTS_WARPS}
+    return triton.compile(source, target=GPUTarget("cuda", capability, 32), options=options).asm["ptx"]

@@ -1,0 +1,234 @@
+"""The extents kernel gives ``ozaki.scaling.row_extents`` integer for integer, on every kind
+of row, through any strides and any config; and the fused pipeline, which takes its bits and
+shifts from the kernel's extents, keeps the torch path's bits, shifts, p, q and plan."""
+
+from __future__ import annotations
+
+import math
+import zlib
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_pipeline import _spread, fused_path  # noqa: F401  (fused_path is a fixture)
+
+import kernels.extents
+import ozaki
+import ozaki.catalog
+from kernels.extents import reference_row_extents, row_extents_kernel
+from ozaki import pipeline
+from ozaki.residues import crt_capacity
+from ozaki.scaling import NO_SET_BIT, exact_bits_of, fixed_bits_of, row_shifts, shifts_of
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+TINY, HUGE = 5e-324, np.finfo(np.float64).max
+
+
+def _family(rng: np.random.Generator, shape, kind: str) -> np.ndarray:
+    rows, k = shape
+    if kind == "spread":  # magnitudes over the whole exponent range within each row
+        return rng.standard_normal(shape) * 2.0 ** rng.integers(-1070, 1020, shape)
+    if kind == "subnormal":  # subnormals of every width, next to the smallest normals
+        x = rng.integers(-(2**52), 2**52, shape) * TINY
+        x[::2, ::3] = rng.choice([2.0**-1022, -(2.0**-1021) * 3], (len(range(0, rows, 2)), len(range(0, k, 3))))
+        return x
+    if kind == "zeros":  # ±0 among the entries, rows of +0, of -0 and of both
+        x = rng.standard_normal(shape)
+        x[rng.random(shape) < 0.5] = 0.0
+        x[rng.random(shape) < 0.3] = -0.0
+        x[0], x[-1] = 0.0, -0.0
+        x[rows // 2, ::2] = -0.0
+        x[rows // 2, 1::2] = 0.0
+        return x
+    if kind == "single":  # one non-zero entry per row, anywhere (the last column included)
+        x = np.zeros(shape)
+        x[np.arange(rows), rng.integers(0, k, rows)] = rng.choice([TINY, -1.0, 3.0 * 2.0**-1060, -HUGE, 0.375], rows)
+        x[-1, -1] = 2.0**-1074 * 12
+        return x
+    if kind == "extremes":  # the largest finite, the smallest subnormal, 2^-1022 and powers of two
+        return rng.choice([1.0, -1.0], shape) * rng.choice([HUGE, TINY, 2.0**-1022, 1.0, 2.0**1023, 0.5], shape)
+    if kind == "integers":  # odd 53-bit integers (lowest bit 2^0) and their halves
+        x = (rng.integers(2**51, 2**52, shape) * 2 + 1).astype(np.float64) * rng.choice([1.0, -1.0], shape)
+        x[1::2] /= 2.0
+        return x
+    raise ValueError(kind)
+
+
+def _layout(x: np.ndarray, layout: str) -> torch.Tensor:
+    """x as the kernel's input in one of the pipeline's (or any) layouts, same values."""
+    t = torch.tensor(x, dtype=torch.float64, device=DEVICE)
+    if layout == "rows":  # A: K contiguous
+        return t
+    if layout == "columns":  # Bᵀ: a view of a contiguous B, whose columns are x's rows
+        view = torch.empty((x.shape[1], x.shape[0]), dtype=torch.float64, device=DEVICE).T.copy_(t)
+        assert view.stride(0) == 1 and torch.equal(view, t)
+        return view
+    # Every other row and column of a larger matrix: neither axis of unit stride.
+    big = torch.zeros((2 * x.shape[0], 3 * x.shape[1]), dtype=torch.float64, device=DEVICE)
+    big[::2, ::3] = t
+    return big[::2, ::3]
+
+
+def _same(got, want) -> bool:
+    # Patterns, so that a -0.0 for 0.0 (or any other bit) would show.
+    return (torch.equal(got.row_max.view(torch.int64), want.row_max.view(torch.int64))
+            and torch.equal(got.lowest_bit, want.lowest_bit))
+
+
+FAMILIES = ["spread", "subnormal", "zeros", "single", "extremes", "integers"]
+# Ragged against the default tile (32 x 64) and the small one below; one row, one column.
+SHAPES = [(37, 150), (1, 1), (5, 1), (1, 300), (70, 33)]
+CONFIGS = {"default": {}, "one-chunk": {"chunks": 1}, "small-tiles": {"block": (8, 4), "chunks": 3},
+           "one-entry-tiles": {"block": (1, 1), "chunks": 5}}
+
+
+@pytest.mark.parametrize("layout", ["rows", "columns", "strided"])
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("kind", FAMILIES)
+def test_kernel_equals_the_torch_extents(kind, shape, layout):
+    rng = np.random.default_rng(zlib.crc32(f"{kind}-{shape}-{layout}".encode()))
+    x = _layout(_family(rng, shape, kind), layout)
+    got, want = row_extents_kernel(x), reference_row_extents(x.contiguous())
+    assert _same(got, want)
+    assert torch.equal(exact_bits_of(got), exact_bits_of(want))
+
+
+@pytest.mark.parametrize("config", sorted(CONFIGS))
+@pytest.mark.parametrize("layout", ["rows", "columns"])
+def test_any_config_gives_the_same_extents(config, layout):
+    # Max and min over exact integers: tiles, chunks of K and the order of the atomics are free.
+    rng = np.random.default_rng(zlib.crc32(f"{config}-{layout}".encode()))
+    x = np.concatenate([_family(rng, (9, 45), kind) for kind in FAMILIES])
+    t = _layout(x, layout)
+    assert _same(row_extents_kernel(t, **CONFIGS[config]), reference_row_extents(t.contiguous()))
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=st.integers(1, 5), k=st.integers(1, 40), data=st.data(), columns=st.booleans())
+def test_kernel_equals_the_torch_extents_on_any_finite_rows(rows, k, data, columns):
+    values = data.draw(st.lists(st.floats(allow_nan=False, allow_infinity=False), min_size=rows * k,
+                                max_size=rows * k))
+    x = _layout(np.array(values).reshape(rows, k), "columns" if columns else "rows")
+    assert _same(row_extents_kernel(x), reference_row_extents(x.contiguous()))
+
+
+# (row, largest |x|, lowest set bit's exponent) from the definition, by hand.
+_ROWS = [
+    ([1.0, -0.0], 1.0, 0),
+    ([0.75, 3.0], 3.0, -2),
+    ([TINY, -1.0], 1.0, -1074),
+    ([-HUGE, 2.0**1023], HUGE, 971),
+    ([2.0**-1022, 3 * TINY], 2.0**-1022, -1074),
+    ([2.0**-1022, -(2.0**-1000)], 2.0**-1000, -1022),
+    ([2.0**52 + 1, 2.0**60], 2.0**60, 0),
+    ([-0.0, 0.0, 0.0], 0.0, NO_SET_BIT),
+]
+
+
+def test_extents_follow_their_definition():
+    width = max(len(row) for row, _, _ in _ROWS)
+    x = torch.tensor([row + [0.0] * (width - len(row)) for row, _, _ in _ROWS], dtype=torch.float64, device=DEVICE)
+    got = row_extents_kernel(x)
+    assert got.row_max.tolist() == [largest for _, largest, _ in _ROWS]
+    assert got.lowest_bit.tolist() == [lowest for _, _, lowest in _ROWS]
+    assert got.has_nonzero.tolist() == [largest > 0 for _, largest, _ in _ROWS]
+
+
+def test_empty_inputs_are_all_zero_rows():
+    for shape in ((0, 5), (3, 0)):
+        got = row_extents_kernel(torch.zeros(shape, dtype=torch.float64, device=DEVICE))
+        assert got.row_max.tolist() == [0.0] * shape[0] and got.lowest_bit.tolist() == [NO_SET_BIT] * shape[0]
+
+
+@pytest.mark.parametrize(
+    "call, error, message",
+    [
+        (lambda x: row_extents_kernel(x.float()), TypeError, "float64"),
+        (lambda x: row_extents_kernel(x.numpy()), TypeError, "float64 tensor"),
+        (lambda x: row_extents_kernel(x[None]), ValueError, r"\[rows, K\]"),
+        (lambda x: row_extents_kernel(x[0]), ValueError, r"\[rows, K\]"),
+        (lambda x: row_extents_kernel(x, block=(3, 4)), ValueError, "powers of two"),
+        (lambda x: row_extents_kernel(x, block=(4,)), ValueError, "powers of two"),
+        (lambda x: row_extents_kernel(x, chunks=0), ValueError, "at least 1"),
+        (lambda x: row_extents_kernel(x.expand(2**31, 3)), ValueError, "below 2\\*\\*31"),
+        (lambda x: row_extents_kernel(x[:, :1].expand(1, 70000), block=(1, 1), chunks=70000), ValueError,
+         "grid limit"),
+    ],
+)
+def test_bad_calls_raise(call, error, message):
+    x = torch.ones((1, 3), dtype=torch.float64)
+    with pytest.raises(error, match=message):
+        call(x)
+
+
+# Scaling from extents ---------------------------------------------------------------------
+
+
+_CARRY_ROWS = [[1 - 2.0**-9, 0.3, -0.5], [-(1 - 2.0**-9), 2.0**-9, 0.0], [0.75, 0.5, 0.0], [3 * TINY, TINY, 0.0],
+               [2.0**53 - 1, 1.0, 0.0], [0.0, -0.0, 0.0]]
+
+
+@pytest.mark.parametrize("bits", [0, 1, 8, 52, 53, 2200])
+def test_bits_and_shifts_from_the_kernel_extents(bits):
+    # The rounding carry (a maximum that rounds up to 2^p) included: shifts_of needs only the maximum.
+    rng = np.random.default_rng(bits)
+    x = torch.tensor(np.concatenate([_CARRY_ROWS, _family(rng, (6, 3), "spread")]), dtype=torch.float64)
+    extents = row_extents_kernel(x)
+    kept = fixed_bits_of(extents, bits)
+    assert torch.equal(kept, pipeline.row_bits(x, bits))
+    assert torch.equal(shifts_of(extents.row_max, kept), row_shifts(x, kept))
+
+
+# The fused pipeline -----------------------------------------------------------------------
+
+
+def _operands(seed: int, m: int, k: int, n: int, wide: bool) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    a, b = _spread(rng, (m, k), 1.5), _spread(rng, (k, n), 1.5)
+    a[1], b[:, 1] = 0.0, -0.0  # an all-zero row of A, an all-zero column of B
+    a[2, :] = 0.0
+    a[2, k - 1] = 0.375  # a row with a single entry, in the last column
+    b[:, 2] *= 1e120
+    a[3] = np.round(a[3] * 2**20)  # integers: their lowest set bit is 2^0 or above
+    if wide:  # rows spanning more bits than any plan holds losslessly: fixed bits only
+        a[4, 0], b[0, 3] = TINY, HUGE / 2**40
+    return a, b
+
+
+@pytest.mark.parametrize(("digits", "accuracy", "shape", "wide"), [
+    ("int8", "exact", (7, 45, 5), False), ("int8", "fp64", (6, 33, 9), False), ("int8", 24, (9, 70, 6), True),
+    ("int8", 1, (6, 20, 5), True), ("fp4", 30, (7, 40, 6), True),
+])  # fmt: skip
+def test_fused_path_keeps_the_torch_stage_one(fused_path, monkeypatch, digits, accuracy, shape, wide):  # noqa: F811
+    """The kernel's extents give the torch path's p, q and plan, its shifts, and so the
+    reference engine's bits."""
+    if not ozaki.catalog.plans_for(digits):
+        pytest.skip(f"the catalog has no {digits} plan")
+    m, k, n = shape
+    a, b = _operands(math.prod(shape), m, k, n, wide)
+    with monkeypatch.context() as torch_only:  # the reference engine entirely in torch
+        torch_only.setattr(pipeline, "_kernels_available", lambda device: False)
+        reference = ozaki.matmul(a, b, engine="reference", accuracy=accuracy)
+    asked, fused = [], pipeline._fused_by_row_blocks
+    choose = pipeline.choose_moduli
+    monkeypatch.setattr(pipeline, "choose_moduli", lambda *args: asked.append(args[2]) or choose(*args))
+
+    def recorded(a_, bt, shift_a, shift_b, plan):
+        asked.append((shift_a, shift_b))
+        return fused(a_, bt, shift_a, shift_b, plan)
+
+    monkeypatch.setattr(pipeline, "_fused_by_row_blocks", recorded)
+    read = []
+    monkeypatch.setattr(kernels.extents, "row_extents_kernel", lambda x: read.append(x) or row_extents_kernel(x))
+    got = ozaki.matmul(a, b, engine=digits, accuracy=accuracy)
+    # One kernel pass over A, one over B's columns, read in place (Bᵀ is a view: unit row stride).
+    assert [tuple(x.shape) for x in read] == [(m, k), (n, k)] and read[1].stride(0) == 1
+
+    ta, tbt = torch.from_numpy(a), torch.from_numpy(b).T
+    bits_a, bits_b = pipeline.row_bits(ta, accuracy), pipeline.row_bits(tbt, accuracy)
+    assert asked[0] == crt_capacity(k, int(bits_a.max()), int(bits_b.max()))
+    shift_a, shift_b = asked[1]
+    assert torch.equal(shift_a, row_shifts(ta, bits_a)) and torch.equal(shift_b, row_shifts(tbt, bits_b))
+    assert np.array_equal(got.view(np.uint64), reference.view(np.uint64))

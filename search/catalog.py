@@ -1,7 +1,8 @@
 """Regenerating the ``encodings/`` catalog from specifications alone.
 
 Residue encodings: for each digit set and modulus, the engine searches 1 limb, then 2
-limbs per side (plane rows with entries in [-1, 1]), fewest products first.  Plans: for
+limbs per side (plane rows with entries in [-1, 1]), fewest products first; where both
+are refuted, 3 limbs per side in plane coordinates (search.products with a modulus).  Plans: for
 each digit set, input width and K, the moduli model (search.plan) over the residue
 encodings just written.  Product encodings (only when asked: slow, see
 benchmarks/search.md): the specs INT8 x INT4 and INT8 x INT8 over fp4, searched by
@@ -50,8 +51,9 @@ PLAN_K = (4096, 16384, 65536)
 _RESIDUE_LIMBS = 2
 # Products the 3-limb residue rung may use: a modulus m costing P products helps an FP64
 # plan only while P / log2(m) beats the plan's marginal rate; for fp4 (53 bits, K = 16384)
-# 5 products never does (benchmarks/search.md), so 5 is enough to fill the catalog.
-RESIDUE_MAX_PRODUCTS = 5
+# 5 products never does (benchmarks/search.md); 6 (three limbs and their differences, as
+# for INT8 x INT8) fills the catalog for the primes from 163 on, where 5 is refuted.
+RESIDUE_MAX_PRODUCTS = 6
 # fp8 stores integers up to 448, so small weights already cover every modulus up to
 # 256; bounding them keeps the exhaustive side enumeration to seconds.  Recorded in
 # each file's family like every other bound.
@@ -97,10 +99,19 @@ def find_residue(modulus: int, digits: str, *, weight_bound: int | None = None, 
     # Two limbs per side refuted: three, where the plane-coordinate join pays off (3375
     # digit vectors per side instead of 225).  Not capped below: the rung proves its own
     # fewest products within its family (or that none has at most max_products).
+    # Caps rise one product at a time: a cap of P enumerates row sets of at most P rows,
+    # so a modulus that needs 3 or 4 products never pays for the 6-row side sets.  Each
+    # rung re-proves the sizes below it (cheap); the identity-row coverage pass is shared
+    # (search.products caches it).
     half = max(1, modulus // 2)
-    family = ProductFamily(max_products, 3, 3, 1, 1, half, half, modulus)
-    result = search_product(spec, family, seed=seed, workers=workers, time_limit=time_limit, progress=progress)
-    ladder.append({"limbs": 3, "join": "pairs", "family": family.describe(), "status": result.status})
+    deadline = time.monotonic() + time_limit
+    for cap in range(3, max_products + 1):
+        family = ProductFamily(cap, 3, 3, 1, 1, half, half, modulus)
+        result = search_product(spec, family, seed=seed, workers=workers, time_limit=deadline - time.monotonic(),
+                                progress=progress)
+        ladder.append({"limbs": 3, "join": "pairs", "family": family.describe(), "status": result.status})
+        if result.candidate is not None or result.status == "unknown" or time.monotonic() >= deadline:
+            break
     return result, ladder
 
 

@@ -4,7 +4,10 @@ every result it returns passes ozaki.formats' exhaustive verification."""
 from __future__ import annotations
 
 import itertools
+import json
 import math
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,7 +15,8 @@ import sympy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from search.catalog import find_product, find_residue, product_ladder, residue_dict
+from ozaki.formats import load_encoding
+from search.catalog import find_product, find_residue, product_ladder, residue_dict, write_plans
 from search.engine import search
 from search.identity import identity_text
 from search.lattice import echelon, members
@@ -92,6 +96,19 @@ def test_annihilator_generates_every_solution(modulus):
     every = np.array(list(itertools.product(range(modulus), repeat=4)), dtype=np.int64)
     solutions = every[((every @ g.T) % modulus == 0).all(axis=1)]
     assert members(echelon(ann, modulus), solutions).all()
+
+
+def test_plan_uses_a_three_limb_residue_encoding(tmp_path):
+    # 2 * 1 * (2^5 - 1)^2 = 1922 > 5 * 13 = 65: without res126 (found with three limbs by
+    # the modular pairs join) no plan over these files exists; with it, {5, 13, 126}.
+    repo = Path(__file__).resolve().parent.parent / "encodings" / "residue"
+    (tmp_path / "residue").mkdir()
+    for name in ("res5-fp4-1", "res13-fp4-1", "res126-fp4-3"):
+        shutil.copy(repo / f"{name}.json", tmp_path / "residue" / f"{name}.json")
+    assert write_plans(tmp_path, "fp4", bits=(5,), ks=(1,), report=lambda _m: None) == ["b5-fp4-k1"]
+    plan = json.loads((tmp_path / "plan" / "b5-fp4-k1.json").read_text())
+    assert [m["modulus"] for m in plan["moduli"]] == [5, 13, 126] and plan["products"] == 5
+    assert load_encoding(repo / "res126-fp4-3.json").extra["search"]["join"] == "pairs"
 
 
 def test_residue_infeasible_is_proven():

@@ -194,14 +194,26 @@ def side_sets(spec: Spec, side: str, limbs: int, coefficient_bound: int, weight_
     base = _expand(grid[_covering(spec, side, free, grid)], group)
     menu = extra_rows(limbs, coefficient_bound, digits)
 
+    def cover(rows, g, weights):
+        # Covering weights of the representative: the parent's, carried by g, filtered.
+        return _stabilized_cover(spec, side, rows, _act_weights(g, weights), weight_bound, group)
+
+    found_rows, found_weights = _grow_row_sets(side, identity, base, menu, group, max_rows, cover, deadline, progress)
+    return SideSets(found_rows, found_weights, weight_bound)
+
+
+def _grow_row_sets(side: str, identity, base, menu, group, max_rows: int, cover, deadline: float, progress):
+    """Breadth-first over extra plane rows: each covering set is extended by every menu row
+    and kept, one per orbit of the signed-permutation group (symmetry breaking: the set is
+    replaced by its smallest image), when ``cover(rows, g, parent_weights)`` leaves weights."""
+
     def canon(extras):
         """(smallest image of the extra-row set, group element reaching it)."""
-        images = [(tuple(sorted(_normal(_act(g, r)) for r in extras)), g) for g in group]
-        return min(images)
+        return min((tuple(sorted(_normal(_act(g, r)) for r in extras)), g) for g in group)
 
     found_rows, found_weights = [identity], [base]
-    level = {(): base}
-    for size in range(1, max_rows - limbs + 1):
+    level = {(): base} if len(base) else {}
+    for size in range(1, max_rows - len(identity) + 1):
         nxt = {}
         for extras, weights in level.items():
             for row in menu:
@@ -212,9 +224,7 @@ def side_sets(spec: Spec, side: str, limbs: int, coefficient_bound: int, weight_
                 rep, g = canon(extras + (row,))
                 if rep in nxt:
                     continue
-                # Covering weights of the representative: the parent's, carried by g, filtered.
-                rows = identity + rep
-                keep = _stabilized_cover(spec, side, rows, _act_weights(g, weights), weight_bound, group)
+                keep = cover(identity + rep, g, weights)
                 if len(keep):
                     nxt[rep] = keep
         level = {k: nxt[k] for k in sorted(nxt)}
@@ -225,7 +235,7 @@ def side_sets(spec: Spec, side: str, limbs: int, coefficient_bound: int, weight_
             found_weights.append(weights)
         if not level:
             break
-    return SideSets(tuple(found_rows), tuple(found_weights), weight_bound)
+    return tuple(found_rows), tuple(found_weights)
 
 
 
@@ -311,37 +321,14 @@ def _residue_side_sets(spec: Spec, side: str, limbs: int, coefficient_bound: int
     base = _IDENTITY_COVER[key]
     menu = extra_rows(limbs, coefficient_bound, digits)
 
-    def canon(extras):
-        return min((tuple(sorted(_normal(_act(g, r)) for r in extras)), g) for g in group)
+    def cover(rows, g, weights):
+        moved = _unique_canonical(_act_weights(g, weights), m)
+        return moved[_covering(spec, side, limb_vectors(rows, digits), moved)]
 
-    found_rows, found_weights = [identity], [base]
-    level = {(): base} if len(base) else {}
-    for size in range(1, max_rows - limbs + 1):
-        nxt = {}
-        for extras, weights in level.items():
-            for row in menu:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"side {side}: time limit reached while enumerating covering row sets")
-                if row in extras:
-                    continue
-                rep, g = canon(extras + (row,))
-                if rep in nxt:
-                    continue
-                moved = _unique_canonical(_act_weights(g, weights), m)
-                keep = moved[_covering(spec, side, limb_vectors(identity + rep, digits), moved)]
-                if len(keep):
-                    nxt[rep] = keep
-        level = {k: nxt[k] for k in sorted(nxt)}
-        if progress:
-            progress(f"side {side}: {len(level)} covering row sets with {size} extra rows (up to symmetry)")
-        for extras, weights in level.items():
-            found_rows.append(identity + extras)
-            found_weights.append(weights)
-        if not level:
-            break
+    found_rows, found_weights = _grow_row_sets(side, identity, base, menu, group, max_rows, cover, deadline, progress)
     if progress:
         progress(f"side {side}: {len(base)} covering weight vectors for the identity rows (up to units)")
-    return SideSets(tuple(found_rows), tuple(found_weights), m // 2, m)
+    return SideSets(found_rows, found_weights, m // 2, m)
 
 
 def _annihilator(generators, m: int) -> list[list[int]]:

@@ -121,26 +121,17 @@ class Family:
 
 
 @dataclass(frozen=True)
-class ProductFamily:
+class ProductFamily(Family):
     """The space search.products searches for exact products, in plane coordinates: each
     side's limbs are the values of n identity planes (digits), its other plane rows have
     entries in [-coefficient_bound, coefficient_bound], its weights lie in
     [-weight_bound, weight_bound]; reconstruction coefficients in [-lambda_bound,
     lambda_bound].  Any encoding whose plane rows contain a unimodular basis has this
-    form after a change of limb coordinates (with its own bounds)."""
-
-    products: int
-    limbs_a: int
-    limbs_b: int
-    coefficient_bound_a: int
-    coefficient_bound_b: int
-    weight_bound_a: int
-    weight_bound_b: int
-    lambda_bound: int
+    form after a change of limb coordinates (with its own bounds).  The bounds are
+    :class:`Family`'s fields, read in these coordinates."""
 
     def __post_init__(self) -> None:
-        for name, value in asdict(self).items():
-            _check_int(value, name, 1)
+        super().__post_init__()
         if max(self.limbs_a, self.limbs_b) > 3:
             raise ValueError(f"the product search handles at most 3 limbs per side, got {self.limbs_a}, {self.limbs_b}")
 
@@ -152,9 +143,6 @@ class ProductFamily:
 
     def weight_bound(self, side: str) -> int:
         return getattr(self, f"weight_bound_{side}")
-
-    def as_dict(self) -> dict[str, int]:
-        return asdict(self)
 
     def describe(self) -> str:
         return (

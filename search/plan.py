@@ -19,17 +19,20 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
+from ozaki.residues import crt_capacity
+
 __all__ = ["PlanResult", "capacity_needed", "choose_moduli"]
 
 _SCALE_BITS = 14
 
 
 def capacity_needed(input_bits: int, k_max: int) -> int:
-    """N = 2 K (2^b - 1)^2: the moduli's product must exceed it for exact recovery."""
+    """N = 2 K (2^b - 1)^2 (ozaki.residues.crt_capacity): the moduli's product must exceed
+    it for exact recovery."""
     for name, value in (("input_bits", input_bits), ("k_max", k_max)):
         if type(value) is not int or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return 2 * k_max * (2**input_bits - 1) ** 2
+    return crt_capacity(k_max, input_bits, input_bits)
 
 
 def _scaled_log2_floor(n: int) -> int:

@@ -37,7 +37,7 @@ import torch
 
 from ._bits import FLOOR_MOD_LIMIT, blocks, floor_mod, ldexp
 
-__all__ = ["HALF_MODULUS_ERROR", "garner", "round_to_float64", "signed_limbs"]
+__all__ = ["HALF_MODULUS_ERROR", "garner", "round_to_float64", "signed_limbs", "signed_residues"]
 
 LIMB_BITS = 21
 _LIMB_MASK = (1 << LIMB_BITS) - 1
@@ -229,6 +229,41 @@ def signed_limbs(digits: torch.Tensor, moduli: Sequence[int]) -> tuple[torch.Ten
     nothing = torch.empty((0, flat.shape[1]), dtype=torch.int64, device=digits.device)
     limbs, negative = _signed_limbs(flat, _limb_tensors(moduli, digits.device), nothing)
     return limbs.reshape(-1, *digits.shape[1:]), negative.reshape(digits.shape[1:])
+
+
+def signed_residues(digits: torch.Tensor, moduli: Sequence[int], targets: Sequence[int]) -> torch.Tensor:
+    """Y mod r in [0, r) for each target modulus r, shape (len(targets), ...), int64, Y the
+    representative in (−M/2, M/2) of the mixed-radix digits (as :func:`signed_limbs`): the CRT
+    integer moved to other moduli without being formed (ozaki.bands adds band products so).
+
+        Y = Σ v_i·P_i − [Y < 0]·M  ≡  Σ v_i·(P_i mod r) + [Y < 0]·(−M mod r)   (mod r)
+
+    one float64 product of integers whose sums stay within :func:`floor_mod`'s range (checked).
+    """
+    _check_moduli(moduli)
+    for r in targets:
+        if not 2 <= r < 2**31:
+            raise ValueError(f"target modulus {r} outside [2, 2^31)")
+    bound = (len(moduli) + 1) * max(moduli) * max(targets)
+    if bound > FLOOR_MOD_LIMIT:
+        raise ValueError(
+            f"{len(moduli)} moduli up to {max(moduli)} into targets up to {max(targets)}: the sums reach "
+            f"{bound} > 2^50, past floor_mod's exact range; use smaller moduli"
+        )
+    limbs = _limb_tensors(moduli, digits.device)
+    modulus = math.prod(moduli)
+    weights = torch.tensor(
+        [[w % r for w in _radix_weights(moduli)] + [-modulus % r] for r in targets],
+        dtype=torch.float64, device=digits.device,
+    )
+    flat = digits.reshape(digits.shape[0], -1)
+    out = torch.empty((len(targets), flat.shape[1]), dtype=torch.int64, device=digits.device)
+    for block in blocks(flat.shape[1], len(targets) + len(moduli), digits.device):
+        v = torch.cat([flat[:, block], _negative(flat[:, block], limbs.half, limbs.even)[None]]).to(torch.float64)
+        sums = _small_mm(weights, v)
+        for t, r in enumerate(targets):
+            out[t, block] = floor_mod(sums[t], r, out=sums[t])
+    return out.reshape(len(targets), *digits.shape[1:])
 
 
 def _low_bits(x: torch.Tensor, count: torch.Tensor) -> torch.Tensor:

@@ -16,8 +16,8 @@ from typing import Union
 
 import torch
 
-from . import catalog, cost
-from .crt import garner, round_to_float64
+from . import bands, catalog, cost
+from .crt import garner, round_to_float64, signed_residues
 from .formats import Encoding
 from .products import direct_products, plane_products
 from .residues import crt_capacity, has_capacity, reference_moduli, residues
@@ -104,7 +104,10 @@ def emulated_matmul(a: torch.Tensor, b: torch.Tensor, *, accuracy: Accuracy = "f
 
         # |A'B'| ≤ K·(2^p − 1)(2^q − 1); the CRT recovers it exactly, sign included, when
         # ∏m > 2·K·(2^p − 1)(2^q − 1): the capacity a plan advertises for k_max and input_bits.
-        plan = choose_moduli(engine, k, crt_capacity(k, p, q), device)
+        capacity = crt_capacity(k, p, q)
+        if engine in PLAN_ENGINES and _plan_moduli(engine, capacity) is None:
+            return _banded(a, bt, bits_a, bits_b, engine)
+        plan = choose_moduli(engine, k, capacity, device)
         log.debug("engine %s: p=%d q=%d K=%d, %d moduli", plan.engine, p, q, k, len(plan.moduli),
                   extra={"ozaki_plan": plan})  # read by the bench for its model columns
         if prefers_native(a.shape[0], k, b.shape[1], accuracy, engine, device, plan, f"rows of p={p}, q={q} bits"):
@@ -134,6 +137,50 @@ def emulated_matmul(a: torch.Tensor, b: torch.Tensor, *, accuracy: Accuracy = "f
         # 4–5. CRT and unscale: C = diag(2^-s) C' diag(2^-t), rounded once.
         exponent = -(shift_a[..., :, None] + shift_b[..., None, :])
         return round_to_float64(garner(c, plan.moduli), plan.moduli, exponent)
+
+
+def _banded(a: torch.Tensor, bt: torch.Tensor, bits_a: torch.Tensor, bits_b: torch.Tensor, engine: str) -> torch.Tensor:
+    """Stages 2–5 for products wider than every plan of ``engine``, in exponent bands
+    (:mod:`ozaki.bands`): each band pair is one exact plan product, the pairs are added
+    modulo moduli wide enough for the whole A'·B', and the sum is rounded once, so the bits
+    are those of a single product.  Runs unfused on any device: the rare path."""
+    (m, k), n, device = a.shape, bt.shape[0], a.device
+    p, q = int(bits_a.max()), int(bits_b.max())
+    split = bands.split(k, p, q, [(plan.capacity, plan.products) for plan in catalog.plans_for(engine)])
+    plan = choose_moduli(engine, k, crt_capacity(k, split.width_a, split.width_b), device)
+    # The sum's moduli: those of the reference engine for the whole product, all below 2^22.
+    whole = reference_moduli(k, crt_capacity(k, p, q))
+    log.debug("engine %s: p=%d q=%d K=%d past every plan: %dx%d bands of %d and %d bits, %d moduli each",
+              engine, p, q, k, split.count_a, split.count_b, split.width_a, split.width_b, len(plan.moduli))
+    targets = torch.tensor(whole, dtype=torch.int64, device=device)[:, None, None]
+
+    with _stage("encode", device):
+        # 1–2. Bands and residues: A' = Σ_i 2^(w_a·i) A'_i, B' = Σ_j 2^(w_b·j) B'_j, each band mod m.
+        sa, sb = scale_rows(a, bits_a), scale_rows(bt, bits_b)
+        bands_a = [bands.band(sa, split.width_a, i) for i in range(split.count_a)]
+        bands_b = [bands.band(sb, split.width_b, j) for j in range(split.count_b)]
+        rb = {j: residues(band, plan.moduli).transpose(-1, -2) for j, band in enumerate(bands_b) if band.mantissa.any()}
+    total = torch.zeros((len(whole), m, n), dtype=torch.int64, device=device)
+    for i, band_a in enumerate(bands_a):
+        if not band_a.mantissa.any():
+            continue
+        with _stage("encode", device):
+            ra = residues(band_a, plan.moduli)
+        for j, rb_j in rb.items():
+            with _stage("products", device):
+                # 3. Products: C'_ij = A'_i · B'_j mod m, each exact.
+                c = plane_products(ra, rb_j, plan.encodings)
+            with _stage("decode", device):
+                # 4. Sum: A'B' ≡ Σ_ij 2^(w_a·i + w_b·j) C'_ij modulo the whole product's moduli.
+                weight = torch.tensor([pow(2, split.width_a * i + split.width_b * j, r) for r in whole],
+                                      dtype=torch.int64, device=device)[:, None, None]
+                moved = signed_residues(garner(c, plan.moduli), plan.moduli, whole)
+                total = torch.remainder(total.add_(moved.mul_(weight)), targets)
+
+    with _stage("decode", device):
+        # 4–5. CRT and unscale: C = diag(2^-s) A'B' diag(2^-t), rounded once.
+        exponent = -(sa.shift[:, None] + sb.shift[None, :])
+        return round_to_float64(garner(total, whole), whole, exponent)
 
 
 # The width of one float64 significand.  Under accuracy="fp64" a row keeps its lossless width:

@@ -97,29 +97,12 @@ def _lossless_width(x: np.ndarray) -> int:
     return widest
 
 
-def _largest_capacity(engine: str) -> int:
-    return max(p.capacity for p in catalog.plans().values() if p.digits == engine)
-
-
-_NO_BAND_SPLIT = pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a plan engine refuses accuracy='exact' (ValueError) when the exact width exceeds its largest "
-    "plan, instead of splitting into exponent bands as the spec allows",
-)
-def _plan_bug(engine: str, k: int, p: int, q: int):
-    """The known-bug marker that applies to an exact product of K terms of p- and q-bit
-    integers on a plan engine, or None when the catalog has a plan the product fits."""
-    if _largest_capacity(engine) <= crt_capacity(k, p, q):
-        return _NO_BAND_SPLIT
-    return None
-
-
 @pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("name", FAMILIES)
-def test_exact_numpy_bitwise(name, engine, request):
+def test_exact_numpy_bitwise(name, engine):
+    # Families wider than every plan (wide_row_span: 2050-bit rows) run the plan engines in
+    # exponent bands (ozaki.bands).
     a, b = family(name)
-    if engine in _PLAN_ENGINES and (bug := _plan_bug(engine, a.shape[1], _lossless_width(a), _lossless_width(b.T))):
-        request.applymarker(bug)
     got = ozaki.matmul(a, b, accuracy="exact", engine=engine)
     assert_same_bits(got, _expected(name))
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import ozaki
 from ozaki import catalog, pipeline
-from ozaki.crt import HALF_MODULUS_ERROR, garner, round_to_float64, signed_limbs
+from ozaki.crt import HALF_MODULUS_ERROR, garner, round_to_float64, signed_limbs, signed_residues
 from ozaki.products import direct_products, plane_products
 from ozaki.residues import crt_capacity, has_capacity, reference_moduli, residues
 from ozaki.scaling import NO_SET_BIT, exact_bits, fixed_bits, row_extents, row_shifts, scale_rows
@@ -210,6 +210,24 @@ def test_garner_digits_and_signed_value_are_the_identity(case):
     exact = [abs(v) <= 2**53 for v in values]
     got = round_to_float64(digits, moduli, torch.zeros(len(values), dtype=torch.int64))
     assert [float(g) for g, e in zip(got.tolist(), exact) if e] == [float(v) for v, e in zip(values, exact) if e]
+
+
+@settings(max_examples=150, deadline=None)
+@given(_signed_values(), st.lists(st.sampled_from(_POOL), min_size=1, max_size=6))
+def test_signed_residues_move_the_signed_value_to_other_moduli(case, targets):
+    # Any targets, coprime to the moduli or not, even the moduli themselves: Y mod r of
+    # the signed Y, the sign included (near the edges −Y and Y differ mod r).
+    moduli, values = case
+    digits = garner(_residue_tensor(values, moduli), moduli)
+    got = signed_residues(digits, moduli, targets)
+    assert got.shape == (len(targets), len(values))
+    assert got.tolist() == [[v % r for v in values] for r in targets]
+
+
+def test_signed_residues_refuse_sums_past_floor_mods_range():
+    digits = garner(_residue_tensor([5], _WIDE_MODULI), _WIDE_MODULI)
+    with pytest.raises(ValueError, match="floor_mod"):
+        signed_residues(digits, _WIDE_MODULI, [2**31 - 1])
 
 
 # Odd and even M, one modulus to many; the last digit small or large (it decides first).

@@ -2,7 +2,9 @@
 
 Residue encodings: for each digit set and modulus, the engine searches 1 limb, then 2
 limbs per side (plane rows with entries in [-1, 1]), fewest products first; where both
-are refuted, 3 limbs per side in plane coordinates (search.products with a modulus).  Plans: for
+are refuted, 3 limbs per side in plane coordinates (search.products with a modulus); where
+nothing is found for a composite modulus, the CRT composition of its parts' encodings
+(search.compose).  Plans: for
 each digit set, input width and K, the moduli model (search.plan) over the residue
 encodings just written.  Product encodings (only when asked: slow, see
 benchmarks/search.md): the specs INT8 x INT4 and INT8 x INT8 over fp4, searched by
@@ -23,9 +25,11 @@ from typing import Callable
 from ozaki.digits import digit_set
 from ozaki.formats import dump_json, load_encoding, load_plan
 
+from search.compose import CrtFamily, compose, coprime_parts
 from search.engine import Result, search
+from search.identity import identity_text
 from search.plan import choose_moduli
-from search.products import extra_rows, search_product
+from search.products import extra_rows, residue_lower_bound, search_product
 from search.results import encoding_dict, plan_dict, search_record
 from search.spec import ProductFamily, Spec, default_family, minimal_limbs, product_family
 
@@ -79,10 +83,15 @@ def find_residue(modulus: int, digits: str, *, weight_bound: int | None = None, 
     found with 1, then 2 limbs per side (search.engine, limb coordinates), then 3 limbs
     per side in plane coordinates (search.products with a modulus: identity rows plus
     extra rows in [-1, 1], weights all residues up to units, at most ``max_products``);
-    ``ladder`` records each family's outcome and join.  ``weight_bound`` defaults to
+    ``ladder`` records each family's outcome and join.  Where all of that finds nothing and
+    m is composite, the CRT composition of encodings mod its prime-power parts (search.compose,
+    each part searched from scratch by this ladder).  ``weight_bound`` defaults to
     :data:`DEFAULT_WEIGHT_BOUNDS` (else m // 2); it bounds the first two rungs only.
     ``time_limit`` bounds each rung."""
+    started = time.monotonic()
     spec = Spec.residue(modulus, digits)
+    search_options = dict(weight_bound=weight_bound, seed=seed, workers=workers, time_limit=time_limit,
+                          max_products=max_products, progress=progress)
     if weight_bound is None:
         weight_bound = DEFAULT_WEIGHT_BOUNDS.get(digits)
     ladder = []
@@ -94,8 +103,10 @@ def find_residue(modulus: int, digits: str, *, weight_bound: int | None = None, 
         result = search(spec, family, seed=seed, workers=workers, time_limit=time_limit, progress=progress,
                         join="enumerate")
         ladder.append({"limbs": limbs, "join": "enumerate", "family": family.describe(), "status": result.status})
-        if result.candidate is not None or result.status == "unknown":
+        if result.candidate is not None:
             return result, ladder
+        if result.status == "unknown":
+            return _composed_if_composite(spec, result, ladder, started, **search_options)
     # Two limbs per side refuted: three, where the plane-coordinate join pays off (3375
     # digit vectors per side instead of 225).  Not capped below: the rung proves its own
     # fewest products within its family (or that none has at most max_products).
@@ -112,6 +123,36 @@ def find_residue(modulus: int, digits: str, *, weight_bound: int | None = None, 
         ladder.append({"limbs": 3, "join": "pairs", "family": family.describe(), "status": result.status})
         if result.candidate is not None or result.status == "unknown" or time.monotonic() >= deadline:
             break
+    if result.candidate is None:
+        return _composed_if_composite(spec, result, ladder, started, **search_options)
+    return result, ladder
+
+
+def _composed_if_composite(spec: Spec, direct: Result, ladder: list, started: float, **search) -> tuple[Result, list]:
+    """Where the direct search found nothing and m has several prime-power parts: the CRT
+    composition (search.compose) of the fewest-product encodings found mod each part, each
+    by its own find_residue, appended to ``ladder`` with the parts' records.  A construction:
+    status "feasible" (not proven fewest), or "unknown" when a part has no encoding.  Its wall
+    time is the whole ladder's, from ``started``."""
+    parts = coprime_parts(spec.modulus)
+    if len(parts) == 1:
+        return direct, ladder
+    found, records = [], []
+    for part in parts:
+        part_result, part_ladder = find_residue(part, spec.digits, **search)
+        records.append({"modulus": part, "status": part_result.status, "ladder": part_ladder,
+                        "products": part_result.candidate.products if part_result.candidate else None})
+        found.append((part_result.spec, part_result.candidate))
+    products = sum(c.products for _, c in found) if all(c is not None for _, c in found) else 0
+    family = CrtFamily(spec.modulus, parts, products)
+    candidate = compose(spec, found) if products else None
+    bound, reason = residue_lower_bound(spec)
+    result = Result(spec, family, "feasible" if candidate else "unknown", candidate, bound,
+                    time.monotonic() - started, search["seed"], search["workers"], search["time_limit"],
+                    notes=(f"every residue encoding needs at least {bound} products: {reason}",) if reason else ())
+    if candidate is not None:
+        result.identity = identity_text(candidate.weights_a, candidate.weights_b, candidate.planes, spec.modulus)
+    ladder.append({"join": "crt", "family": family.describe(), "status": result.status, "parts": records})
     return result, ladder
 
 

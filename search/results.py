@@ -14,7 +14,7 @@ from ozaki.formats import encoding_from_dict, encoding_to_dict, plan_from_dict, 
 
 from search.engine import Result
 from search.plan import PlanResult, capacity_needed
-from search.spec import ProductFamily
+from search.spec import Family
 
 __all__ = ["encoding_dict", "plan_dict", "search_record"]
 
@@ -32,13 +32,16 @@ def _certificate(result: Result) -> dict:
     elif result.status == "infeasible":
         claim = f"no encoding with at most {result.family.products} products within the family"
         proven = True
+    elif result.status == "feasible":
+        claim = f"an encoding with {result.candidate.products} products; fewer not refuted within the family"
+        proven = False
     else:
         claim = f"search stopped at the time limit; at least {result.products_lower_bound} products within the family"
         proven = False
     out = {"claim": claim, "proven": proven, "family": fam, "products_lower_bound": result.products_lower_bound}
     if result.notes:
         out["beyond_the_family"] = list(result.notes)
-    if result.spec.modulus is not None and not isinstance(result.family, ProductFamily):
+    if result.spec.modulus is not None and type(result.family) is Family:
         # search.engine's residue families fix u_0 = 1; search.products reduces by units
         # without that assumption.
         out["assumes"] = "some A weight is a unit mod m (no restriction when m is a prime power)"

@@ -16,8 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ozaki.formats import load_encoding
+import search.catalog as catalog_module
 from search.catalog import find_product, find_residue, product_ladder, residue_dict, write_plans
-from search.engine import search
+from search.compose import compose, coprime_parts, idempotents
+from search.engine import Result, search
 from search.identity import identity_text
 from search.lattice import echelon, members
 from search.plan import capacity_needed, choose_moduli
@@ -119,6 +121,87 @@ def test_residue_infeasible_is_proven():
     assert result.candidate is None
     assert result.products_lower_bound == 5
     assert residue_dict(256, "fp4", time_limit=30) is None
+
+
+# ------------------------------------------------------------------ CRT composition
+
+
+def _check_residue_encoding(candidate, spec):
+    """Every input pair, by a route of its own: the limbs spell x, every plane value is a
+    digit, and the planes give x·y mod m."""
+    m, digits = spec.modulus, set(spec.digit_values)
+
+    def planes(side, x):
+        limbs = (candidate.limbs_a if side == "a" else candidate.limbs_b)[x]
+        rows = [f if side == "a" else g for f, g, _ in candidate.planes]
+        return [sum(c * d for c, d in zip(row, limbs)) for row in rows]
+
+    for side, weights in (("a", candidate.weights_a), ("b", candidate.weights_b)):
+        lo, hi = spec.side_range(side)
+        for x in range(lo, hi + 1):
+            limbs = (candidate.limbs_a if side == "a" else candidate.limbs_b)[x]
+            assert sum(w * d for w, d in zip(weights, limbs)) % m == x % m
+            assert set(planes(side, x)) <= digits
+    coefficients = [c for _, _, c in candidate.planes]
+    (lo_a, hi_a), (lo_b, hi_b) = spec.side_range("a"), spec.side_range("b")
+    pa = {x: planes("a", x) for x in range(lo_a, hi_a + 1)}
+    pb = {y: planes("b", y) for y in range(lo_b, hi_b + 1)}
+    for x, y in itertools.product(pa, pb):
+        assert sum(c * p * q for c, p, q in zip(coefficients, pa[x], pb[y])) % m == x * y % m, (x, y)
+
+
+@pytest.mark.parametrize("modulus", [6, 35, 63, 143, 210])
+def test_crt_composition_is_an_encoding_with_the_parts_products(modulus):
+    parts = coprime_parts(modulus)
+    found = []
+    for part in parts:
+        result, _ = find_residue(part, "fp4", workers=1, time_limit=30)
+        found.append((result.spec, result.candidate))
+    spec = Spec.residue(modulus, "fp4")
+    composed = compose(spec, found)
+    assert composed.products == sum(c.products for _, c in found)
+    _check_residue_encoding(composed, spec)
+
+
+def test_idempotents_split_the_ring():
+    parts = (8, 9, 5, 7)
+    units = idempotents(parts)
+    m = math.prod(parts)
+    for j, (unit, part) in enumerate(zip(units, parts)):
+        assert unit % part == 1 and all(unit % other == 0 for k, other in enumerate(parts) if k != j)
+        assert unit * unit % m == unit
+    assert sum(units) % m == 1
+
+
+def test_compose_refuses_parts_that_are_not_coprime_factors():
+    found = find_residue(3, "fp4", workers=1, time_limit=30)[0]
+    with pytest.raises(ValueError, match="not pairwise coprime factors of 9"):
+        compose(Spec.residue(9, "fp4"), [(found.spec, found.candidate), (found.spec, found.candidate)])
+
+
+def test_find_residue_composes_where_the_direct_search_finds_nothing(monkeypatch):
+    # The direct search mod 35 is cut short (as the 3-limb rung times out for 206, 212, ...):
+    # the ladder ends in the composition of 5 and 7, recorded as a construction.
+    real = catalog_module.search
+
+    def cut_short(spec, family, **kwargs):
+        if spec.modulus == 35:
+            return Result(spec, family, "unknown", None, 1, 0.0, 0, 1, 0.0)
+        return real(spec, family, **kwargs)
+
+    monkeypatch.setattr(catalog_module, "search", cut_short)
+    result, ladder = find_residue(35, "fp4", workers=1, time_limit=30)
+    assert [rung["join"] for rung in ladder] == ["enumerate", "crt"]
+    assert ladder[-1]["status"] == "feasible" and [p["modulus"] for p in ladder[-1]["parts"]] == [5, 7]
+    assert result.status == "feasible" and result.candidate.products == 2
+    d = encoding_dict(result, "res35-fp4-2", search_record(result, "crt", {"ladder": ladder}))  # formats re-verifies
+    assert d["search"]["certificate"]["proven"] is False
+    assert d["search"]["family"] == {"crt_parts": [5, 7], "products": 2}
+
+
+def test_prime_powers_are_not_composed():
+    assert coprime_parts(256) == (256,) and coprime_parts(243) == (243,)
+    assert coprime_parts(2 * 103) == (2, 103) and coprime_parts(252) == (4, 7, 9)
 
 
 # ------------------------------------------------------------------ product encodings

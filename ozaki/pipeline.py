@@ -102,19 +102,21 @@ def emulated_matmul(a: torch.Tensor, b: torch.Tensor, *, accuracy: Accuracy = "f
         p = int(bits_a.max()) if bits_a.numel() else 0
         q = int(bits_b.max()) if bits_b.numel() else 0
 
-        # |A'B'| ≤ K·(2^p − 1)(2^q − 1); the CRT recovers it exactly, sign included, when
-        # ∏m > 2·K·(2^p − 1)(2^q − 1): the capacity a plan advertises for k_max and input_bits.
-        capacity = crt_capacity(k, p, q)
-        if engine in PLAN_ENGINES and _plan_moduli(engine, capacity) is None:
-            return _banded(a, bt, bits_a, bits_b, engine)
-        plan = choose_moduli(engine, k, capacity, device)
-        log.debug("engine %s: p=%d q=%d K=%d, %d moduli", plan.engine, p, q, k, len(plan.moduli),
-                  extra={"ozaki_plan": plan})  # read by the bench for its model columns
-        if prefers_native(a.shape[0], k, b.shape[1], accuracy, engine, device, plan, f"rows of p={p}, q={q} bits"):
-            return torch.matmul(a, b)
+    # |A'B'| ≤ K·(2^p − 1)(2^q − 1); the CRT recovers it exactly, sign included, when
+    # ∏m > 2·K·(2^p − 1)(2^q − 1): the capacity a plan advertises for k_max and input_bits.
+    capacity = crt_capacity(k, p, q)
+    if engine in PLAN_ENGINES and _plan_moduli(engine, capacity) is None:
+        # Wider than every plan of the engine: a sum of band products (ozaki.bands).
+        return _banded(a, bt, bits_a, bits_b, engine)
+    plan = choose_moduli(engine, k, capacity, device)
+    log.debug("engine %s: p=%d q=%d K=%d, %d moduli", plan.engine, p, q, k, len(plan.moduli),
+              extra={"ozaki_plan": plan})  # read by the bench for its model columns
+    if prefers_native(a.shape[0], k, b.shape[1], accuracy, engine, device, plan, f"rows of p={p}, q={q} bits"):
+        return torch.matmul(a, b)
 
-        # With Triton, stages 2–5 run fused and streamed over blocks of A's rows.
-        fused = plan.encodings is not None and _kernels_available(device)
+    # With Triton, stages 2–5 run fused and streamed over blocks of A's rows.
+    fused = plan.encodings is not None and _kernels_available(device)
+    with _stage("encode", device):
         if fused:
             shift_a, shift_b = shifts_of(extents_a.row_max, bits_a), shifts_of(extents_b.row_max, bits_b)
         else:

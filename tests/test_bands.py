@@ -8,6 +8,7 @@ however it is split.
 from __future__ import annotations
 
 import logging
+import time
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ozaki
-from ozaki import bands, catalog
+from ozaki import bands, catalog, pipeline
 from ozaki.residues import crt_capacity
 from ozaki.scaling import scale_rows
 
@@ -135,3 +136,14 @@ def test_band_split_serves_k_past_the_plans_capacity(monkeypatch):
     a, b = rng.standard_normal((2, k)), rng.standard_normal((k, 2))
     assert crt_capacity(k, 53, 53) >= plan.capacity > crt_capacity(plan.k_max, 53, 53)
     assert_same_bits(ozaki.matmul(a, b, accuracy="exact", engine="int8"), exact_matmul(a, b))
+
+
+def test_banded_stages_are_timed_once_each():
+    # The banded path runs outside the plain path's encode stage: no stage holds another.
+    a, b = _wide_rows(5, 2, 3, 2, span=300)
+    started = time.perf_counter()
+    with pipeline.stage_times() as times:
+        ozaki.matmul(a, b, accuracy="exact", engine="int8")
+    elapsed = time.perf_counter() - started
+    assert set(times) == {"encode", "products", "decode"}
+    assert sum(times.values()) <= elapsed

@@ -143,13 +143,11 @@ def _composed_if_composite(spec: Spec, direct: Result, ladder: list, started: fl
         records.append({"modulus": part, "status": part_result.status, "ladder": part_ladder,
                         "products": part_result.candidate.products if part_result.candidate else None})
         found.append((part_result.spec, part_result.candidate))
-    products = sum(c.products for _, c in found) if all(c is not None for _, c in found) else 0
-    family = CrtFamily(spec.modulus, parts, products)
-    candidate = compose(spec, found) if products else None
-    bound, reason = residue_lower_bound(spec)
-    result = Result(spec, family, "feasible" if candidate else "unknown", candidate, bound,
-                    time.monotonic() - started, search["seed"], search["workers"], search["time_limit"],
-                    notes=(f"every residue encoding needs at least {bound} products: {reason}",) if reason else ())
+    candidate = compose(spec, found) if all(c is not None for _, c in found) else None
+    family = CrtFamily(spec.modulus, parts, candidate.products if candidate else 0)
+    # A composite m: residue_lower_bound claims no more than one product, so no notes.
+    result = Result(spec, family, "feasible" if candidate else "unknown", candidate, residue_lower_bound(spec)[0],
+                    time.monotonic() - started, search["seed"], search["workers"], search["time_limit"])
     if candidate is not None:
         result.identity = identity_text(candidate.weights_a, candidate.weights_b, candidate.planes, spec.modulus)
     ladder.append({"join": "crt", "family": family.describe(), "status": result.status, "parts": records})

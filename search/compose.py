@@ -19,6 +19,7 @@ the direct search finds nothing).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -37,9 +38,7 @@ def coprime_parts(modulus: int) -> tuple[int, ...]:
 
 def idempotents(parts: Sequence[int]) -> list[int]:
     """e_j ≡ 1 (mod m_j) and ≡ 0 (mod m/m_j), in [0, m), for pairwise coprime parts."""
-    m = 1
-    for part in parts:
-        m *= part
+    m = math.prod(parts)
     return [(m // part) * pow(m // part, -1, part) % m for part in parts]
 
 
@@ -69,10 +68,7 @@ def compose(spec: Spec, parts: Sequence[tuple[Spec, Candidate]]) -> Candidate:
     whose moduli multiply to it (module doc)."""
     moduli = [part.modulus for part, _ in parts]
     m = spec.modulus
-    product = 1
-    for part in moduli:
-        product *= part
-    if product != m or any(sympy.gcd(x, y) != 1 for i, x in enumerate(moduli) for y in moduli[i + 1 :]):
+    if math.prod(moduli) != m or any(sympy.gcd(x, y) != 1 for i, x in enumerate(moduli) for y in moduli[i + 1 :]):
         raise ValueError(f"parts {moduli} are not pairwise coprime factors of {m}")
     units = idempotents(moduli)
 

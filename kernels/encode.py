@@ -3,8 +3,10 @@
 For each entry the kernel forms the integer round(x * 2**shift) (ties to even) from the
 float64 bit pattern as n * 2**p with |n| < 2**53 and p >= 0 -- the only 64-bit integer
 work, once per entry -- and then, per modulus m, its residue in cheap exact float
-arithmetic: n mod m in float64, times the tabled 2**p mod m in float32 (see
-``_encode_kernel`` for why every step is exact).  It writes the value each plane of that
+arithmetic: n mod m in float64, times the tabled 2**p mod m in float32.  Every
+intermediate is an integer the float type holds exactly (see ``_encode_kernel``), so the
+result does not depend on whether the compiler, or Triton's interpreter, fuses a multiply
+and an add into one rounding.  It writes the value each plane of that
 modulus' encoding stores for the residue: for an encoding whose one plane stores the
 residue itself (every int8 plan) that value is computed, else it is looked up in the
 encoding's plane table.  The output is the plane GEMM's operand layout:
@@ -39,14 +41,16 @@ MAX_MODULUS = 2**12
 # spans 2**1024 … 2**-1074) and its top lies in [-1073, 1024].
 MAX_SHIFT = 2**15
 _TOP_ULP_EXPONENT = 971
+# The kernel splits each scaled integer n (|n| < 2**53) as high * 2**SPLIT_BITS + low.
+_SPLIT_BITS = 26
 
 
 @triton.jit
 def _encode_kernel(
-    x_ptr, shift_ptr, modulus_ptr, inverse64_ptr, inverse32_ptr, offset_ptr, low_ptr, identity_ptr,
+    x_ptr, shift_ptr, modulus_ptr, inverse64_ptr, split_ptr, inverse32_ptr, offset_ptr, low_ptr, identity_ptr,
     pow_ptr, plane_start_ptr, table_ptr, out_ptr,
     rows, K, stride_xr, stride_xk, n_groups, stride_table, stride_plane,
-    BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_BITS: tl.constexpr,
 ):
     offs_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     offs_k = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
@@ -70,34 +74,39 @@ def _encode_kernel(
     half = tl.full(drop.shape, 1, tl.int64) << (drop - 1)
     up = (remainder > half) | ((remainder == half) & ((quotient & 1) == 1))
     integer = tl.where(exponent < 0, quotient + up.to(tl.int64), significand)
-    # |integer| < 2**53 (a significand, or one shifted right and rounded up to at most
-    # 2**52), so the signed value is exact in float64.
-    n = tl.where(pattern < 0, -integer, integer).to(tl.float64)
+    # |n| < 2**53 (a significand, or one shifted right and rounded up to at most 2**52).
+    # Split it as n = high * 2**26 + low (SPLIT_BITS = 26; floor division: 0 <= low < 2**26,
+    # |high| <= 2**27), both exact in float64, so the residue step works on integers under 2**40.
+    n = tl.where(pattern < 0, -integer, integer)
+    high = (n >> SPLIT_BITS).to(tl.float64)
+    low = (n & ((1 << SPLIT_BITS) - 1)).to(tl.float64)
     # 2**power mod m sits at pow_ptr[power * n_groups + g]; power <= max(shift) + 971 indexes
     # the table (int32: the launcher checks the table has fewer than 2**31 entries).
     pow_offsets = tl.maximum(exponent, 0) * n_groups
 
     for g in range(n_groups):
         modulus = tl.load(modulus_ptr + g)  # float64, 2 <= m <= MAX_MODULUS
-        # r = n mod m in float64.  inverse = fl(1/m) = (1/m)(1 + d1) and the product rounds
-        # once more: |fl(n * inverse) - n/m| <= |n/m| (2u + u^2) < 2**53/m * 2**-52 (1 + u)
-        # < 1 for m >= 3 (u = 2**-53), and is 0 for m = 2 (halving is exact).  So
-        # q = floor(fl(n * inverse)) is floor(n/m) - 1, + 0 or + 1 (an integer below 2**53,
-        # exact), n - q*m is an integer in [-m, 2m), and the fma rounds it once: exactly.
-        q = tl.floor(n * tl.load(inverse64_ptr + g))
-        r = tl.fma(-q, modulus, n)
+        # r = n mod m in float64.  c = high * (2**26 mod m) + low is congruent to n, and
+        # |c| < 2**27 * 2**12 + 2**26 < 2**40.  inverse = fl(1/m) = (1/m)(1 + d1) and the product
+        # rounds once more (u = 2**-53): |fl(c * inverse) - c/m| <= |c/m| (2u + u^2) < 1, so
+        # q = floor(fl(c * inverse)) is floor(c/m) - 1, + 0 or + 1, |q*m| <= |c| + m < 2**41,
+        # and c - q*m is an integer in [-m, 2m).  Each value is an integer below 2**53, so
+        # every operation is exact, fused into an fma or not.
+        c = high * tl.load(split_ptr + g) + low
+        q = tl.floor(c * tl.load(inverse64_ptr + g))
+        r = c - q * modulus
         r = tl.where(r < 0, r + modulus, r)
         r = tl.where(r >= modulus, r - modulus, r)
         # v = (r * (2**power mod m) + offset) mod m in float32, offset = (-low) mod m so that
         # v is the table index (residue - low) mod m.  Every operand is an integer below m, so
-        # r * t + offset <= m (m - 1) < 2**24 is exact in float32 and the fma returns it.  Then
-        # as above with float32's u = 2**-24: inverse32 = fl32(fl64(1/m)) is within
-        # 2**-24 (1 + 2**-28) of 1/m, so |fl32(v * inverse32) - v/m| < v/m * 2**-22.99 <
-        # 2**12 * 2**-22.99 < 1 and the fma gives v - q*m in [-m, 2m) exactly (below 2**13).
+        # r * (2**power mod m) + offset <= m (m - 1) < 2**24 is exact in float32.  Then as
+        # above with float32's u = 2**-24: inverse32 = fl32(fl64(1/m)) is within 2**-24 (1 + 2**-28) of 1/m, so
+        # |fl32(v * inverse32) - v/m| < v/m * 2**-22.99 < 2**12 * 2**-22.99 < 1, q <= m,
+        # q*m <= m**2 <= 2**24 is exact and v - q*m lies in [-m, 2m): exact, fused or not.
         modulus32 = modulus.to(tl.float32)
         power = tl.load(pow_ptr + pow_offsets + g, mask=mask, other=0.0)
-        v = tl.fma(r.to(tl.float32), power, tl.load(offset_ptr + g))
-        v = tl.fma(-tl.floor(v * tl.load(inverse32_ptr + g)), modulus32, v)
+        v = r.to(tl.float32) * power + tl.load(offset_ptr + g)
+        v = v - tl.floor(v * tl.load(inverse32_ptr + g)) * modulus32
         v = tl.where(v < 0, v + modulus32, v)
         index = tl.where(v >= modulus32, v - modulus32, v).to(tl.int32)
         out_offsets = offs_r[:, None].to(tl.int64) * K + offs_k[None, :]
@@ -194,13 +203,14 @@ def encode_planes(x: torch.Tensor, shift: torch.Tensor, encodings: Sequence, sid
     _encode_kernel[grid](
         flat, shift.reshape(rows).to(torch.int32),
         column(moduli, torch.float64), column([1.0 / m for m in moduli], torch.float64),
+        column([2**_SPLIT_BITS % m for m in moduli], torch.float64),
         column([1.0 / m for m in moduli], torch.float32), column([-low % m for low, m in zip(lows, moduli)],
                                                                   torch.float32),
         column(lows, torch.int32),
         column([_is_identity(t, low, m) for t, low, m in zip(plane_tables, lows, moduli)], torch.int32),
         powers, column(plane_start, torch.int32), table.to(device=device, dtype=out_dtype), out,
         rows, k, flat.stride(0), flat.stride(1), len(moduli), table.stride(0), rows * k,
-        BLOCK_R=ENCODE_BLOCK[0], BLOCK_K=ENCODE_BLOCK[1],
+        BLOCK_R=ENCODE_BLOCK[0], BLOCK_K=ENCODE_BLOCK[1], SPLIT_BITS=_SPLIT_BITS,
     )
     return out
 
@@ -216,10 +226,10 @@ def compile_ptx(capability: int = 90) -> str:
 
     if isinstance(_encode_kernel, InterpretedFunction):
         raise RuntimeError("compile_ptx needs compiled kernels: run it in a process without TRITON_INTERPRET=1")
-    pointers = {"x_ptr": "*fp64", "shift_ptr": "*i32", "modulus_ptr": "*fp64", "inverse64_ptr": "*fp64",
+    pointers = {"x_ptr": "*fp64", "shift_ptr": "*i32", "modulus_ptr": "*fp64", "inverse64_ptr": "*fp64", "split_ptr": "*fp64",
                 "inverse32_ptr": "*fp32", "offset_ptr": "*fp32", "pow_ptr": "*fp32", "out_ptr": "*i8",
                 "table_ptr": "*i8"}
-    constexprs = {"BLOCK_R": ENCODE_BLOCK[0], "BLOCK_K": ENCODE_BLOCK[1], "stride_xk": 1}
+    constexprs = {"BLOCK_R": ENCODE_BLOCK[0], "BLOCK_K": ENCODE_BLOCK[1], "SPLIT_BITS": _SPLIT_BITS, "stride_xk": 1}
     signature = {name: pointers.get(name, "*i32" if name.endswith("_ptr") else "i32")
                  for name in _encode_kernel.arg_names}
     signature.update({name: "constexpr" for name in constexprs})

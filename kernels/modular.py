@@ -60,6 +60,9 @@ _POINTER_TYPES = {"int8": "*i8", "e4m3": "*fp8e4nv", "e2m1": "*u8"}
 OPERANDS: dict[str, str] = {"int8": "int8", "e4m3": "fp8", "e2m1": "fp4"}
 
 _TRITON_VERSION = tuple(int(part) for part in triton.__version__.split(".")[:2])
+# The operands whose plane GEMM the installed Triton's interpreter runs: tl.dot_scaled (e2m1)
+# runs there from 3.8 on (it compiles on every release this project supports).
+INTERPRETER_OPERANDS = tuple(o for o in OPERANDS if o != "e2m1" or _TRITON_VERSION >= (3, 8))
 _INT32_EXACT = 2**31 - 1
 _FP32_EXACT = 2**24
 _WGMMA_FP8_EXACT = 2**14
@@ -463,6 +466,9 @@ def grouped_modular_matmul(
     if device.type == "cpu" and not isinstance(_plane_gemm_kernel, InterpretedFunction):
         raise ValueError("planes are on the CPU but Triton kernels run on CPU tensors only under "
                          "TRITON_INTERPRET=1 (set before importing kernels): move the planes to a GPU")
+    if isinstance(_plane_gemm_kernel, InterpretedFunction) and operand not in INTERPRETER_OPERANDS:
+        raise ValueError(f"operand {operand} needs tl.dot_scaled, which Triton's interpreter runs from 3.8 on "
+                         f"(installed: {triton.__version__}): choose one of {INTERPRETER_OPERANDS} or run on a GPU")
 
     *batch, m_rows, k = first_a.shape[1:]
     n_cols = first_b.shape[-2]

@@ -79,7 +79,7 @@ def _tc_sum_kernel(
     ONES_N: tl.constexpr,
     ACC_DTYPE: tl.constexpr,
     IMPRECISE_ACC: tl.constexpr,
-    FOLD_BY_SUM: tl.constexpr,
+    FOLD_IN_ORDER: tl.constexpr,
     ONE_BITS: tl.constexpr,
     BITS_TYPE: tl.constexpr,
 ):
@@ -100,9 +100,17 @@ def _tc_sum_kernel(
     for r in range(R):
         pos = start[:, None] + r * BLOCK_K + offs_k[None, :]
         tile = tl.load(seg_ptr[:, None] + r * BLOCK_K + offs_k[None, :], mask=live[:, None] & (pos < n), other=0.0)
-        if FOLD_BY_SUM:
-            # The interpreter reads bf16 dot operands as raw uint16 bits; sum the tile instead.
-            acc += tl.sum(tile.to(tl.float32), axis=1)[:, None]
+        if FOLD_IN_ORDER:
+            # The interpreter's float dot is a BLAS call whose rounding can depend on a row's place
+            # in the tile (and it reads bf16 operands as raw uint16 bits).  Instead fold each row
+            # one element at a time in fp32, the accumulator first: numpy's cumsum runs row by row
+            # in order, so a segment's bits are its own (as every MMA row's are on the GPU) and
+            # are those of tc_sum_reference.  Every column of acc holds the same running sum.
+            values = tile.to(tl.float32)
+            values = tl.where(offs_k[None, :] == 0, values + tl.max(acc, axis=1)[:, None], values)
+            running = tl.cumsum(values, axis=1)
+            last = tl.max(tl.where(offs_k[None, :] == BLOCK_K - 1, running, -float("inf")), axis=1)
+            acc = tl.broadcast_to(last[:, None], (BLOCK_M, ONES_N))
         else:
             acc = tl.dot(tile, ones, acc, max_num_imprecise_acc=IMPRECISE_ACC, out_dtype=ACC_DTYPE)
     # Every column of acc holds the segment sum; storing column 0 alone avoids any further add.  The
@@ -145,7 +153,7 @@ def _kernel_constants(config, dtype):
         "ONES_N": _ONES_N,
         "ACC_DTYPE": tl.int32 if is_int else tl.float32,
         "IMPRECISE_ACC": _FP8_PROMOTION if dtype == torch.float8_e4m3fn else None,
-        "FOLD_BY_SUM": dtype == torch.bfloat16 and isinstance(_tc_sum_kernel, InterpretedFunction),
+        "FOLD_IN_ORDER": not is_int and isinstance(_tc_sum_kernel, InterpretedFunction),
         "ONE_BITS": _ONE_BITS[dtype],
         "BITS_TYPE": tl.int8 if dtype.itemsize == 1 else tl.int16,
     }
@@ -269,7 +277,8 @@ def tc_sum_reference(x, segment):
 
     Inside a segment it folds one element at a time, which matches every MMA instruction exactly for
     integer-valued data within FP32_EXACT_LIMIT (and int8 always); for other float data it is the
-    reference the hardware orders are judged against, not a bitwise model of them.
+    reference the hardware orders are judged against, not a bitwise model of them.  Under Triton's
+    interpreter, tc_sum folds floats in this very order and returns these bits.
     """
     if x.dtype not in TC_SUM_DTYPES:
         raise TypeError(f"tc_sum_reference takes {TC_SUM_DTYPES}, got {x.dtype}")

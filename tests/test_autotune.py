@@ -14,6 +14,7 @@ import torch
 import triton.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_kernels_modular import needs_dot_scaled
 from triton.runtime.errors import OutOfResources
 
 from kernels import autotune
@@ -238,8 +239,10 @@ def test_plane_candidates_are_the_admitted_members_of_the_class(operand, max_pro
 
 
 # 2**31 // 200 leaves int8 one block_k of 128 per exact chunk: K = 256 runs as two chunks.
-@pytest.mark.parametrize(("operand", "max_product"),
-                         [("int8", 128 * 128), ("int8", 2**31 // 200), ("e4m3", 144), ("e2m1", 144)])
+@pytest.mark.parametrize(("operand", "max_product"), [
+    ("int8", 128 * 128), ("int8", 2**31 // 200), ("e4m3", 144),
+    pytest.param("e2m1", 144, marks=needs_dot_scaled),
+])
 def test_plane_timing_launches_every_admitted_config(fake_gpu, monkeypatch, caplog, operand, max_product):
     seen = []
 

@@ -99,12 +99,18 @@ def test_sm90_descriptor_fields(dtype, config, want):
     assert (d.rounding == ()) == (dtype == torch.int8)
 
 
-def test_interpreter_descriptor_keeps_the_tile_shape():
-    a = describe_tc_sum({**TC_SUM_CONFIGS[0], "BLOCK_M": 64}, torch.float16, "interpreter")
-    b = describe_tc_sum({**TC_SUM_CONFIGS[0], "BLOCK_M": 128}, torch.float16, "interpreter")
-    c = describe_tc_sum({**TC_SUM_CONFIGS[0], "num_warps": 8, "num_stages": 1}, torch.float16, "interpreter")
-    assert a != b and a == c
-    assert a.promotion_window == a.mma_k == TC_SUM_CONFIGS[0]["BLOCK_K"]
+def test_interpreter_descriptors():
+    # int8 tiles are one numpy matmul each, so the tile shape is kept; floats fold one element at
+    # a time, so only the segment length separates them.
+    a = describe_tc_sum({**TC_SUM_CONFIGS[0], "BLOCK_M": 64}, torch.int8, "interpreter")
+    b = describe_tc_sum({**TC_SUM_CONFIGS[0], "BLOCK_M": 128}, torch.int8, "interpreter")
+    c = describe_tc_sum({**TC_SUM_CONFIGS[0], "num_warps": 8, "num_stages": 1}, torch.int8, "interpreter")
+    assert a != b and a == c and a.mma_k == TC_SUM_CONFIGS[0]["BLOCK_K"]
+    floats = [describe_tc_sum(config, torch.float16, "interpreter") for config in TC_SUM_CONFIGS]
+    for config, descriptor in zip(TC_SUM_CONFIGS, floats):
+        same_segment = segment_length(config) == segment_length(TC_SUM_CONFIGS[0])
+        assert (descriptor == floats[0]) == same_segment
+    assert floats[0].mma_k == 1 and floats[0].promotion_window is None
 
 
 @pytest.mark.parametrize("call, error, match", [

@@ -10,7 +10,16 @@ from hypothesis import strategies as st
 
 from kernels.check import classes, families
 from kernels.check.cli import main
-from kernels.check.run import PLANE_PROBES, PROBES, check_family, plane_gemm_probe, run_checks, target_for, tc_sum_probe
+from kernels.check.run import (
+    PLANE_PROBES,
+    PROBES,
+    check_family,
+    launchable,
+    plane_gemm_probe,
+    run_checks,
+    target_for,
+    tc_sum_probe,
+)
 from kernels.tc_sum import segment_length
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -22,7 +31,8 @@ def _family(name):
 
 
 TC_SUM_NAMES = [f.name for f in families(target_for(DEVICE)) if f.name.startswith("tc_sum.")]
-PLANE_NAMES = [f.name for f in families(target_for(DEVICE)) if f.name.startswith("modular_matmul.")]
+PLANE_NAMES = [f.name for f in families(target_for(DEVICE)) if f.name.startswith("modular_matmul.")
+               and launchable(f, DEVICE)]
 
 
 @settings(max_examples=2, deadline=None)

@@ -13,12 +13,12 @@ import random
 
 import pytest
 import torch
-import triton
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kernels.modular import (
     CONFIGS,
+    INTERPRETER_OPERANDS,
     PlaneGemmConfig,
     _joined,
     grouped_modular_matmul,
@@ -30,14 +30,14 @@ from kernels.modular import (
 from ozaki.digits import digit_set
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+# The device set (`pytest -m gpu`): on a GPU these compile the kernels and check their bits.
+pytestmark = pytest.mark.gpu
 TMA = PlaneGemmConfig(64, 64, 32, num_warps=4, num_stages=2, tma=True)
 POINTER = PlaneGemmConfig(64, 64, 64, num_warps=4, num_stages=2)
 CONFIG = {"tma": TMA, "pointer": POINTER}
 
-_TRITON = tuple(int(part) for part in triton.__version__.split(".")[:2])
-needs_dot_scaled = pytest.mark.skipif(
-    DEVICE == "cpu" and _TRITON < (3, 8), reason="tl.dot_scaled runs in Triton's interpreter from 3.8 on"
-)
+needs_dot_scaled = pytest.mark.skipif(DEVICE == "cpu" and "e2m1" not in INTERPRETER_OPERANDS,
+                                      reason="tl.dot_scaled runs in Triton's interpreter from 3.8 on")
 
 
 def planes(digits: str, shape: tuple[int, ...], rng: random.Random, dtype=torch.int16) -> torch.Tensor:

@@ -52,8 +52,7 @@ def _tc_sum_family(type_name, target):
     else:
         moves = (
             "BLOCK_M, num_warps and num_stages only move whole segments between programs" if target == "sm_90" else
-            "the interpreter folds each BLOCK_M x BLOCK_K tile in one numpy call whose order may depend on its "
-            "shape, so only num_warps and num_stages are free"
+            "the interpreter folds each segment one element at a time, so only the segment length matters"
         )
         float_reason = (
             "fp32 rounding depends on the order: configurations are split by descriptor (MMA instruction and k, "

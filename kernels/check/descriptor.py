@@ -84,20 +84,21 @@ def describe_tc_sum(config, dtype, target="sm_90"):
     if target == "sm_90":
         mnemonic, conversion, window = _hopper_mma(dtype, config["BLOCK_M"], config["num_warps"], 16)
         k = mma_k(mnemonic)
+    elif is_int:
+        # numpy folds a whole BLOCK_K tile into a fresh partial, then adds it to the accumulator.  Its
+        # order may depend on the shape, so the whole tile shape belongs to the operation (exact anyway).
+        mnemonic, conversion, window, k = f"numpy.matmul[{config['BLOCK_M']}x{block_k}x16]", None, None, block_k
     else:
-        # numpy folds a whole BLOCK_K tile into a fresh partial, then adds it to the accumulator; the BLAS
-        # it may call can choose its order by shape, so the whole tile shape belongs to the operation.
-        op = "numpy.sum" if dtype == torch.bfloat16 else "numpy.matmul"
-        mnemonic = f"{op}[{config['BLOCK_M']}x{block_k}x16]"
-        conversion = {torch.float8_e4m3fn: "e4m3->f16", torch.bfloat16: "bf16->f32"}.get(dtype)
-        window = None if is_int else block_k
-        k = block_k
+        # Floats fold one element at a time into the running fp32 sum (numpy.cumsum along each row):
+        # tc_sum_reference's order, whatever the tile shape.
+        mnemonic, window, k = "numpy.cumsum[sequential]", None, 1
+        conversion = {torch.float8_e4m3fn: "e4m3->f32", torch.float16: "f16->f32", torch.bfloat16: "bf16->f32"}[dtype]
     acc = "int32" if is_int else "fp32"
     merged = "int64" if is_int else "fp32"
     if is_int:
         rounding = ()
     else:
-        inner = "fp32 at each MMA step (hardware-defined)" if target == "sm_90" else "fp32 inside numpy"
+        inner = "fp32 at each MMA step (hardware-defined)" if target == "sm_90" else "fp32 at each element"
         rounding = (inner,) + (("fp32 at each promotion add",) if window else ()) + ("fp32 at each tree add",)
     return Descriptor(
         engine=f"triton/{target}",

@@ -17,6 +17,7 @@ import multiprocessing
 import torch
 
 from kernels.check.classes import TC_SUM_TYPES, classes, families
+from kernels.modular import INTERPRETER_OPERANDS
 
 __all__ = ["PROBES", "PLANE_PROBES", "check_family", "plane_gemm_probe", "run_checks", "target_for",
            "tc_sum_probe"]
@@ -198,6 +199,13 @@ def _judge(family, device, expected, outputs_by_config):
     }
 
 
+def launchable(family, device):
+    """Whether this process can launch `family` on `device`: Triton's interpreter runs tl.dot_scaled
+    (the e2m1 plane GEMM) from 3.8 on."""
+    plane_gemm = family.name.startswith("modular_matmul.")
+    return torch.device(device).type != "cpu" or not plane_gemm or family.operand in INTERPRETER_OPERANDS
+
+
 def check_family(family, device, seed, shape=None):
     """Run every configuration of `family` on its probes drawn from `seed` on `device`."""
     device = torch.device(device)
@@ -215,7 +223,7 @@ def run_checks(names=None, seed=0, device=None, shape=None, jobs=1, report=None)
     result was wrong."""
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     known = {f.name: f for f in families(target_for(device))}
-    names = list(known) if names is None else list(names)
+    names = [n for n, f in known.items() if launchable(f, device)] if names is None else list(names)
     unknown = [n for n in names if n not in known]
     if unknown:
         raise ValueError(f"no dynamic check for {unknown}; checkable kernels: {sorted(known)}")

@@ -208,6 +208,7 @@ def test_the_plan_for_the_inputs_decides_too(as_h200, caplog):
     assert any("native float64 matmul for 8x32x8 (plan for rows of p=" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_on_this_gpu_the_decision_is_the_profiles():
     device = torch.device("cuda")

@@ -22,8 +22,9 @@ from ozaki.crt import HALF_MODULUS_ERROR
 
 ROOT = Path(__file__).resolve().parents[1]
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+# The device set (`pytest -m gpu`): on a GPU these compile the kernels and check their bits.
 # Overflowing results are meant to become infinities.
-pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered in multiply:RuntimeWarning")
+pytestmark = [pytest.mark.gpu, pytest.mark.filterwarnings("ignore:overflow encountered in multiply:RuntimeWarning")]
 
 MODULI = {
     "fp4-plan": [7, 8, 9, 11, 43, 47, 53, 59, 61, 67, 71, 73, 79, 83, 85, 89, 139, 149, 151, 157, 169],

@@ -23,6 +23,8 @@ from ozaki.residues import crt_capacity
 from ozaki.scaling import NO_SET_BIT, exact_bits_of, fixed_bits_of, row_shifts, shifts_of
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+# The device set (`pytest -m gpu`): on a GPU these compile the kernels and check their bits.
+pytestmark = pytest.mark.gpu
 TINY, HUGE = 5e-324, np.finfo(np.float64).max
 
 
@@ -174,7 +176,8 @@ _CARRY_ROWS = [[1 - 2.0**-9, 0.3, -0.5], [-(1 - 2.0**-9), 2.0**-9, 0.0], [0.75, 
 def test_bits_and_shifts_from_the_kernel_extents(bits):
     # The rounding carry (a maximum that rounds up to 2^p) included: shifts_of needs only the maximum.
     rng = np.random.default_rng(bits)
-    x = torch.tensor(np.concatenate([_CARRY_ROWS, _family(rng, (6, 3), "spread")]), dtype=torch.float64)
+    x = torch.tensor(np.concatenate([_CARRY_ROWS, _family(rng, (6, 3), "spread")]), dtype=torch.float64,
+                     device=DEVICE)
     extents = row_extents_kernel(x)
     kept = fixed_bits_of(extents, bits)
     assert torch.equal(kept, pipeline.row_bits(x, bits))
@@ -222,13 +225,13 @@ def test_fused_path_keeps_the_torch_stage_one(fused_path, monkeypatch, digits, a
     monkeypatch.setattr(pipeline, "_fused_by_row_blocks", recorded)
     read = []
     monkeypatch.setattr(kernels.extents, "row_extents_kernel", lambda x: read.append(x) or row_extents_kernel(x))
-    got = ozaki.matmul(a, b, engine=digits, accuracy=accuracy)
+    got = fused_path(a, b, engine=digits, accuracy=accuracy)
     # One kernel pass over A, one over B's columns, read in place (Bᵀ is a view: unit row stride).
     assert [tuple(x.shape) for x in read] == [(m, k), (n, k)] and read[1].stride(0) == 1
 
     ta, tbt = torch.from_numpy(a), torch.from_numpy(b).T
     bits_a, bits_b = pipeline.row_bits(ta, accuracy), pipeline.row_bits(tbt, accuracy)
     assert asked[0] == crt_capacity(k, int(bits_a.max()), int(bits_b.max()))
-    shift_a, shift_b = asked[1]
+    shift_a, shift_b = (shift.cpu() for shift in asked[1])
     assert torch.equal(shift_a, row_shifts(ta, bits_a)) and torch.equal(shift_b, row_shifts(tbt, bits_b))
     assert np.array_equal(got.view(np.uint64), reference.view(np.uint64))

@@ -260,10 +260,17 @@ def test_exact_bits_follow_their_formula():
 
 @pytest.fixture
 def fused_path(monkeypatch):
-    """The fused Triton path (encode kernel, grouped plane GEMMs, decode kernel) as CUDA runs it,
-    without a GPU through Triton's interpreter (tests/conftest.py), on small products."""
+    """``ozaki.matmul`` of numpy operands on the fused Triton path (encode kernel, grouped plane
+    GEMMs, decode kernel): on a GPU with the operands moved to it, without one through Triton's
+    interpreter (tests/conftest.py) on the CPU tensors.  Returns a numpy array, as matmul does."""
     if not torch.cuda.is_available():
         monkeypatch.setattr(pipeline, "_kernels_available", lambda device: True)
+        return ozaki.matmul
+
+    def on_gpu(a: np.ndarray, b: np.ndarray, **options) -> np.ndarray:
+        return ozaki.matmul(torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda(), **options).cpu().numpy()
+
+    return on_gpu
 
 
 def _blocks_of(monkeypatch, rows: int) -> list[int]:
@@ -280,7 +287,8 @@ def _blocks_of(monkeypatch, rows: int) -> list[int]:
     return heights
 
 
-@pytest.mark.parametrize("digits", ["int8", "fp4"])
+@pytest.mark.gpu
+@pytest.mark.parametrize("digits", ["int8", "fp8", "fp4"])
 def test_triton_path_gives_the_reference_bits(fused_path, digits):
     """On a small product: the reference engine's bits."""
     if not ozaki.catalog.plans_for(digits):
@@ -288,10 +296,11 @@ def test_triton_path_gives_the_reference_bits(fused_path, digits):
     rng = np.random.default_rng(13)
     a, b = _spread(rng, (20, 40), 1.0), _spread(rng, (40, 12), 1.0)
     reference = ozaki.matmul(a, b, engine="reference", accuracy=24)
-    fused = ozaki.matmul(a, b, engine=digits, accuracy=24)
+    fused = fused_path(a, b, engine=digits, accuracy=24)
     assert np.array_equal(fused.view(np.uint64), reference.view(np.uint64))
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize(("digits", "accuracy", "shape", "rows"), [
     ("int8", 24, (20, 40, 12), 3), ("int8", "exact", (13, 129, 5), 4), ("int8", "exact", (2, 9, 33, 7), 2),
     ("fp4", 30, (20, 40, 12), 7),
@@ -306,15 +315,16 @@ def test_streamed_blocks_give_the_unblocked_bits(fused_path, monkeypatch, digits
     b[..., :, 2] *= 1e120
     reference = ozaki.matmul(a, b, engine="reference", accuracy=accuracy)
     heights = _blocks_of(monkeypatch, m)
-    whole = ozaki.matmul(a, b, engine=digits, accuracy=accuracy)
+    whole = fused_path(a, b, engine=digits, accuracy=accuracy)
     assert heights == [m] * math.prod(batch)
     heights = _blocks_of(monkeypatch, rows)
-    streamed = ozaki.matmul(a, b, engine=digits, accuracy=accuracy)
+    streamed = fused_path(a, b, engine=digits, accuracy=accuracy)
     assert heights == [min(rows, m - start) for start in range(0, m, rows)] * math.prod(batch)
     assert np.array_equal(whole.view(np.uint64), reference.view(np.uint64))
     assert np.array_equal(streamed.view(np.uint64), reference.view(np.uint64))
 
 
+@pytest.mark.gpu
 def test_batch_invariance_of_the_streamed_path(fused_path, monkeypatch):
     """mm(A[:k], B) equals mm(A, B)[:k] bit for bit with the fused path's blocks falling
     differently on the same rows."""
@@ -322,7 +332,7 @@ def test_batch_invariance_of_the_streamed_path(fused_path, monkeypatch):
     a, b = _spread(rng, (33, 64), 1.0), _spread(rng, (64, 17), 1.0)
     a[5] *= 1e-200
     _blocks_of(monkeypatch, 4)
-    full = ozaki.matmul(a, b, engine="int8")
+    full = fused_path(a, b, engine="int8")
     for rows in (slice(0, 1), slice(0, 7), slice(5, 6), slice(20, 33)):
-        part = ozaki.matmul(a[rows], b, engine="int8")
+        part = fused_path(a[rows], b, engine="int8")
         assert np.array_equal(part.view(np.uint64), full[rows].view(np.uint64))

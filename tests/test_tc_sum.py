@@ -11,6 +11,8 @@ from kernels.check.classes import TC_SUM_TYPES
 from kernels.tc_sum import FP32_EXACT_LIMIT, TC_SUM_DTYPES, segment_length
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+# The device set (`pytest -m gpu`): on a GPU these compile the kernels and check their bits.
+pytestmark = pytest.mark.gpu
 TARGET = "sm_90" if torch.cuda.is_available() else "interpreter"
 FLOATS = [d for d in TC_SUM_DTYPES if d != torch.int8]
 

@@ -10,11 +10,13 @@ import os
 import numpy
 import pytest
 import torch
-import triton
 from hypothesis import HealthCheck, settings
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+    # Only now: Triton's own @triton.jit helpers (tl.cumsum among them) are defined at its import.
+    import triton
+
     _TRITON = tuple(int(part) for part in triton.__version__.split(".")[:2])
     _NUMPY = tuple(int(part) for part in numpy.__version__.split(".")[:2])
     if _TRITON < (3, 7) and _NUMPY >= (2, 4):

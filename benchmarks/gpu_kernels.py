@@ -24,7 +24,7 @@ from kernels.encode import encode_planes
 from kernels.modular import CONFIGS, PlaneGemmConfig, modular_matmul, reference_modular_matmul
 from ozaki import products
 from ozaki.crt import garner, round_to_float64
-from ozaki.digits import digit_set
+from kernels.digits import digit_set
 from ozaki.formats import encoding_from_dict
 from ozaki.residues import residues
 from ozaki.scaling import exact_bits, row_shifts, scale_rows

@@ -1,20 +1,8 @@
-from kernels.autotune import best_config, tuned_plane_config
-from kernels.decode import decode_residues
-from kernels.encode import encode_planes
-from kernels.extents import row_extents_kernel
-from kernels.modular import grouped_modular_matmul, modular_matmul, reference_modular_matmul
-from kernels.tc_sum import TC_SUM_CONFIGS, tc_sum, tc_sum_reference
+"""kernels: the Triton layer of ozaki.
 
-__all__ = [
-    "TC_SUM_CONFIGS",
-    "tc_sum",
-    "tc_sum_reference",
-    "grouped_modular_matmul",
-    "modular_matmul",
-    "reference_modular_matmul",
-    "decode_residues",
-    "encode_planes",
-    "row_extents_kernel",
-    "best_config",
-    "tuned_plane_config",
-]
+One module per pipeline stage, each holding its kernel, launcher, configurations and the plain
+reference it is tested against; the chained-MMA sums (``tc_sum``); the autotuner; and the
+bitwise checker (``kernels.check``, the ``ozaki-check`` tool).  Import what you need from the
+module that holds it: the package itself loads nothing, so ``kernels.digits`` (the digit sets,
+shared with the formats and the search engine) loads without torch or Triton.
+"""

@@ -38,7 +38,7 @@ import triton.language as tl
 from triton.runtime.interpreter import InterpretedFunction
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from ozaki.digits import digit_set
+from kernels.digits import digit_set
 
 __all__ = [
     "CONFIGS",

@@ -19,7 +19,7 @@ from functools import cache
 from pathlib import Path
 from typing import Mapping
 
-from ozaki.digits import digit_set
+from kernels.digits import digit_set
 from ozaki.formats import (
     ENCODING_FORMAT,
     PLAN_FORMAT,

@@ -28,7 +28,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ozaki.digits import digit_set
+from kernels.digits import digit_set
 from ozaki.residues import crt_capacity, has_capacity
 
 __all__ = [

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ozaki.digits import digit_set
+from kernels.digits import digit_set
 from ozaki.formats import dump_json, load_encoding, load_plan
 
 from search.compose import CrtFamily, compose, coprime_parts

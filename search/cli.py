@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from ozaki.digits import DIGIT_SETS
+from kernels.digits import DIGIT_SETS
 from ozaki.formats import dump_json
 
 from search import catalog

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from ozaki.digits import DIGIT_SETS, digit_set
+from kernels.digits import DIGIT_SETS, digit_set
 
 __all__ = ["Family", "ProductFamily", "Spec", "default_family", "minimal_limbs", "product_family"]
 

@@ -15,7 +15,7 @@ import pytest
 
 import ozaki
 from ozaki import catalog
-from ozaki.digits import digit_set
+from kernels.digits import digit_set
 from ozaki.formats import dump_json, encoding_from_dict, load_encoding, plan_from_dict
 
 REPO_CATALOG = Path(ozaki.__file__).resolve().parent.parent / "encodings"

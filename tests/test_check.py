@@ -6,7 +6,6 @@ import json
 import pytest
 import torch
 
-import kernels
 from kernels.check import (
     TARGETS,
     classes,
@@ -18,7 +17,7 @@ from kernels.check import (
 )
 from kernels.check.cli import main
 from kernels.check.descriptor import mma_k
-from kernels.tc_sum import TC_SUM_CONFIGS, segment_length
+from kernels.tc_sum import TC_SUM_CONFIGS, segment_length, tc_sum
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 FLOAT_FAMILIES = ["tc_sum.float8_e4m3fn", "tc_sum.float16", "tc_sum.bfloat16"]
@@ -49,7 +48,7 @@ def test_every_reported_tc_sum_config_is_accepted_by_the_launcher():
     x = torch.arange(-50, 50, dtype=torch.int8).repeat(30).to(DEVICE)
     for name in ("tc_sum.int8", "tc_sum.float16"):
         for config in report[name]["configs"]:
-            assert int(kernels.tc_sum(x.to(torch.int8 if name.endswith("int8") else torch.float16), **config)) == -1500
+            assert int(tc_sum(x.to(torch.int8 if name.endswith("int8") else torch.float16), **config)) == -1500
 
 
 @pytest.mark.parametrize("target", TARGETS)

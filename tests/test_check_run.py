@@ -90,7 +90,7 @@ def test_probes_are_finite_deterministic_and_of_the_operand_type(kind, dtype):
 @pytest.mark.parametrize("kind", PLANE_PROBES)
 def test_plane_probes_hold_digits_of_the_operand(kind, operand):
     from kernels.modular import OPERANDS
-    from ozaki.digits import digit_set
+    from kernels.digits import digit_set
 
     a, b, coefficients, modulus, digits = plane_gemm_probe(kind, operand, (2, 3, 4, 40), seed=1)
     assert (a.shape, b.shape, len(coefficients), modulus) == ((2, 3, 40), (2, 4, 40), 2, 2**31 - 1)

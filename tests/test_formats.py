@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import ozaki
-from ozaki.digits import digit_set
+from kernels.digits import digit_set
 from ozaki.formats import (
     Encoding,
     Plan,

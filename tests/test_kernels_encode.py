@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from kernels import encode
 from kernels.encode import MAX_MODULUS, MAX_SHIFT, encode_planes
 from ozaki import products
-from ozaki.digits import digit_set
+from kernels.digits import digit_set
 from ozaki.formats import encoding_from_dict
 from ozaki.residues import residues
 from ozaki.scaling import exact_bits, fixed_bits, row_shifts, scale_rows

@@ -27,7 +27,7 @@ from kernels.modular import (
     reference_modular_matmul,
     select_operand,
 )
-from ozaki.digits import digit_set
+from kernels.digits import digit_set
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 # The device set (`pytest -m gpu`): on a GPU these compile the kernels and check their bits.

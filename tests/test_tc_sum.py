@@ -5,7 +5,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernels import TC_SUM_CONFIGS, tc_sum, tc_sum_reference
+from kernels.tc_sum import TC_SUM_CONFIGS, tc_sum, tc_sum_reference
 from kernels.check import classes, families
 from kernels.check.classes import TC_SUM_TYPES
 from kernels.tc_sum import FP32_EXACT_LIMIT, TC_SUM_DTYPES, segment_length

@@ -111,7 +111,7 @@ def _tc_sum_exact(x):
 def plane_gemm_probe(kind, operand, shape, seed):
     """One probe of `kind` (see PLANE_PROBES) for modular_matmul with `operand`: (a_planes, b_planes,
     coefficients, modulus, digits) on the CPU, planes of shape [T, M, K] and [T, N, K] for (T, M, N, K)."""
-    from ozaki.digits import digit_set
+    from kernels.digits import digit_set
 
     planes, m, n, k = shape
     digits = _PLANE_DIGITS[operand]

@@ -4,7 +4,7 @@
 
 For each n and torch thread count: the median of ``reps`` timings (after one warm-up) of
 numpy's ``a @ b``, of ``ozaki.matmul(a, b)`` (accuracy "fp64", engine "reference"), and of
-the stages called one by one as :func:`ozaki.pipeline.emulated_matmul` calls them (scaling
+the stages called one by one as :func:`ozaki.pipeline.run` calls them (scaling
 with its bits, residues of both operands, the residue GEMMs, Garner's digits, the rounding).
 numpy's BLAS keeps its own thread count (its default); the ratio is ozaki over numpy.
 Entries are (rand − 0.5)·exp(phi·randn) as in NOTES §6.  The machine may be shared: compare
@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 import ozaki
-from ozaki import pipeline
+from ozaki import planning
 from ozaki.crt import garner, round_to_float64
 from ozaki.products import direct_products
 from ozaki.residues import crt_capacity, residues
@@ -34,10 +34,10 @@ def _stages(a: torch.Tensor, b: torch.Tensor) -> tuple[list[float], int]:
     """Seconds per stage of one product, and the number of moduli."""
     marks = [time.perf_counter()]
     bt = b.transpose(-1, -2)
-    sa = scale_rows(a, pipeline.row_bits(a, "fp64"))
-    sb = scale_rows(bt, pipeline.row_bits(bt, "fp64"))
+    sa = scale_rows(a, planning.row_bits(a, "fp64"))
+    sb = scale_rows(bt, planning.row_bits(bt, "fp64"))
     k = a.shape[-1]
-    plan = pipeline.choose_moduli("reference", k, crt_capacity(k, int(sa.bits.max()), int(sb.bits.max())), a.device)
+    plan = planning.moduli_for("reference", k, crt_capacity(k, int(sa.bits.max()), int(sb.bits.max())), a.device)
     marks.append(time.perf_counter())
     ra = residues(sa, plan.moduli)
     rb = residues(sb, plan.moduli).transpose(-1, -2)

@@ -9,7 +9,7 @@ float64 code through the emulation.
 
 from importlib import import_module
 
-__all__ = ["Encoding", "Plan", "emulate", "load_encoding", "load_plan", "matmul"]
+__all__ = ["Encoding", "Plan", "emulate", "explain", "load_encoding", "load_plan", "matmul"]
 __version__ = "0.1.0"
 
 # Loaded on first use: the file formats and digit sets (what the search engine needs) stay
@@ -20,6 +20,7 @@ _HOMES = {
     "load_encoding": "formats",
     "load_plan": "formats",
     "emulate": "emulation",
+    "explain": "frontend",
     "matmul": "frontend",
 }
 

@@ -6,19 +6,19 @@ Two measurement modes, one CSV schema (:data:`COLUMNS`), one row per (shape, met
   (default ``fp64``, ``exact`` and 40 bits), n = 256 … 2048.
 * GPU (the default with CUDA): CUDA tensors; torch's float64 matmul (cuBLAS DGEMM) against each engine at
   ``accuracy="fp64"``, square n = 1024 … 16384 and two rectangular shapes, with the peak workspace
-  (``torch.cuda.max_memory_allocated``), the stage breakdown when :mod:`ozaki.pipeline` offers a
-  ``stage_times()`` recorder, and the plane-GEMM rates of cuBLAS INT8/FP8 that calibrate the projection.
-  Next to each measured stage and workspace: what :mod:`ozaki.cost` predicts for the plan the call used,
-  and whether ``engine="auto"`` ran the emulation or native DGEMM (``path``, from the pipeline's debug log).
+  (``torch.cuda.max_memory_allocated``), the stage breakdown (:func:`ozaki.timing.stage_times`), and the
+  plane-GEMM rates of cuBLAS INT8/FP8 that calibrate the projection.  Next to each measured stage and
+  workspace: what :mod:`ozaki.cost` predicts for the plan the call used, and whether ``engine="auto"`` ran
+  the emulation or native DGEMM (``path``), both from the call's plan (:func:`ozaki.explain`).
 
-Inputs are the test matrices of NOTES §6, entries (rand − 0.5)·exp(phi·randn).  Accuracy is measured on a
+Inputs are the usual test matrices of Ozaki-scheme papers, entries (rand − 0.5)·exp(phi·randn).  Accuracy is measured on a
 sample block against the exact product (Python integers), so it does not trust any float64 product.
 
 ``--project b200,b300`` adds the modeled time of every catalog plan on those devices (assumptions written
 into ``projection.md``), calibrated by this run's H200 measurements when there are any.
 
 The harness only calls ``ozaki.matmul`` with the options given; what it reports of the inside (the plan
-and the path taken) it reads from the "ozaki" logger's debug records.
+and the path taken) it reads from ``ozaki.explain`` on the same inputs.
 """
 
 from __future__ import annotations
@@ -26,9 +26,7 @@ from __future__ import annotations
 import argparse
 import csv
 import functools
-import logging
 import math
-import operator
 import platform
 import shlex
 import statistics
@@ -44,8 +42,9 @@ import numpy as np
 import torch
 
 import ozaki
-from ozaki import catalog, cost, pipeline
+from ozaki import catalog, cost, planning, timing
 from ozaki.cost import DEVICES, Device
+from ozaki.exact import exact_dyadic, to_fraction
 
 __all__ = ["COLUMNS", "DEVICES", "PROJECTION_COLUMNS", "Device", "main"]
 
@@ -89,22 +88,9 @@ def _sample(size: int, count: int) -> np.ndarray:
     return np.unique(np.linspace(0, size - 1, min(count, size)).round().astype(np.int64))
 
 
-def _integer_vector(values: np.ndarray) -> tuple[list[int], int]:
-    """Integers n_k and one exponent e with values[k] == n_k * 2**e exactly (finite values)."""
-    mantissa, exponent = np.frexp(values)
-    # |mantissa| in [0.5, 1) holds at most 53 significant bits (subnormals fewer): times 2**53 it is an integer.
-    integer = np.ldexp(mantissa, 53).astype(np.int64)
-    exponent = exponent.astype(np.int64) - 53
-    base = int(exponent[integer != 0].min()) if integer.any() else 0
-    shifts = np.maximum(exponent - base, 0)  # zeros may sit below the base; their shift is irrelevant
-    return [n << s for n, s in zip(integer.tolist(), shifts.tolist())], base
-
-
 def _exact_product(a: np.ndarray, b: np.ndarray) -> list[list[Fraction]]:
     """The exact product of finite float64 matrices a (S, K) and b (K, T), as rationals."""
-    rows = [_integer_vector(r) for r in a]
-    cols = [_integer_vector(c) for c in b.T]
-    return [[Fraction(sum(map(operator.mul, r, c))) * Fraction(2) ** (er + ec) for c, ec in cols] for r, er in rows]
+    return [[to_fraction(s, e) for s, e in row] for row in exact_dyadic(a, b)]
 
 
 def _errors(got: np.ndarray, exact: list[list[Fraction]], scale: np.ndarray) -> tuple[float, float, float]:
@@ -161,13 +147,9 @@ def _workspace_bytes(product: Callable) -> int:
     return torch.cuda.max_memory_allocated() - before - result.numel() * result.element_size()
 
 
-def _stage_seconds(product: Callable) -> dict | None:
-    """Seconds per stage from ``ozaki.pipeline.stage_times()``, a context manager yielding a dict the pipeline
-    adds each stage's seconds into; None while the pipeline offers no such recorder (totals only then)."""
-    recorder = getattr(pipeline, "stage_times", None)
-    if recorder is None:
-        return None
-    with recorder() as seconds:
+def _stage_seconds(product: Callable) -> dict:
+    """Seconds per stage of one call (``ozaki.timing.stage_times``)."""
+    with timing.stage_times() as seconds:
         product()
     return dict(seconds)
 
@@ -209,42 +191,13 @@ def _block(result, case: _Case) -> np.ndarray:
     return result[np.ix_(case.rows, case.cols)]
 
 
-class _Records(logging.Handler):
-    """The pipeline's structured debug records of one call: the plan and the path taken."""
-
-    def __init__(self):
-        super().__init__(logging.DEBUG)
-        self.plan, self.verdict = None, None
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.plan = getattr(record, "ozaki_plan", self.plan)
-        self.verdict = getattr(record, "ozaki_verdict", self.verdict)
-
-
-def _recorded_call(product: Callable) -> _Records:
-    """Runs ``product`` once with the "ozaki" logger's debug records collected (and not passed on)."""
-    logger, records = logging.getLogger("ozaki"), _Records()
-    saved = logger.level, logger.propagate
-    logger.setLevel(logging.DEBUG)
-    logger.propagate = False
-    logger.addHandler(records)
-    try:
-        product()
-    finally:
-        logger.removeHandler(records)
-        logger.setLevel(saved[0])
-        logger.propagate = saved[1]
-    return records
-
-
-def _model_columns(case: _Case, records: _Records, profile: cost.Profile | None) -> dict:
-    """The path the call took, and the cost model's prediction for the plan it used (for a native call decided
-    before the inputs were read: the prediction it was decided on)."""
-    verdict, plan = records.verdict, records.plan
-    row = {"path": "native" if verdict is not None and verdict.native else "emulated"}
-    predicted = None if verdict is None else verdict.emulated
-    if plan is not None:
-        sizes = dict(digits=plan.engine, planes=plan.planes, moduli=len(plan.moduli))
+def _model_columns(case: _Case, plan, profile: cost.Profile | None) -> dict:
+    """The path the call takes (``ozaki.explain``'s plan), and the cost model's prediction for its moduli (for a
+    native call decided before the inputs were read: the prediction it was decided on)."""
+    row = {"path": plan.path}
+    predicted = None if plan.predicted is None else plan.predicted.emulated
+    if plan.moduli is not None:
+        sizes = dict(digits=plan.moduli.engine, planes=plan.moduli.planes, moduli=len(plan.moduli.moduli))
         if profile is not None:
             predicted = cost.predict(profile, case.m, case.k, case.n, **sizes)
         workspace = cost.workspace_bytes(case.m, case.k, case.n, **sizes)
@@ -260,11 +213,11 @@ def _measure(case: _Case, method: str, accuracy, engine, product: Callable, args
            "engine": engine}  # fmt: skip
     try:
         began = time.perf_counter()
-        records = _recorded_call(product)  # warm-up: catalog load, kernel compilation, autotuning
+        product()  # warm-up: catalog load, kernel compilation, autotuning
         row["reps"] = args.reps if time.perf_counter() - began < _SLOW_CALL_S else 1
         if cuda and method == "ozaki":
             profile = cost.profile_for(torch.cuda.get_device_name(), torch.cuda.get_device_capability())
-            row.update(_model_columns(case, records, profile))
+            row.update(_model_columns(case, ozaki.explain(case.a, case.b, accuracy=accuracy, engine=engine), profile))
         seconds, result = _median_seconds(product, row["reps"], cuda)
         block = _block(result, case)
         del result
@@ -580,7 +533,7 @@ def _parser() -> argparse.ArgumentParser:
         help=f"rectangular MxKxN shapes (GPU default without --sizes: {listed(_GPU_SHAPES)})")
     add("--accuracy", type=_accuracy_list, help=f"accuracies (default: CPU {listed(_CPU_ACCURACIES)}; GPU fp64)")
     add("--engines", type=_name_list,
-        help=f"engines from {listed(pipeline.ENGINES)} (default: CPU auto; GPU auto,int8,fp8,fp4)")
+        help=f"engines from {listed(planning.ENGINES)} (default: CPU auto; GPU auto,int8,fp8,fp4)")
     add("--reps", type=_positive_int, help="timed repetitions per measurement, the median reported (default: CPU 3, GPU 5)")
     add("--phi", type=float, default=0.5, help="exponent spread of the inputs (default 0.5)")
     add("--seed", type=int, default=0)
@@ -619,14 +572,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows, calibration = _run(args, shapes, cuda, save)
     save(rows)
     print(_plot(rows, args.out / f"{name}.png"))
-    if not any(r.get("encode_s") is not None for r in rows):
-        print("stage breakdown: ozaki.pipeline has no stage_times() recorder; totals only")
     _print_table(rows, ("m", "k", "n", "method", "accuracy", "engine", "path", "median_s", "model_s", "tflops",
                         "speedup", "rel_err_max", "comp_err_max", "workspace_ratio", "model_workspace_ratio",
                         "status"))  # fmt: skip
     if cuda:
         print("workspace_ratio: peak device memory of one call beyond its result over the bytes of A, B and C "
-              "(issue 6 budget: 2); model_*: ozaki.cost's predictions for the plan each call used (stages in the CSV "
+              "(cost.WORKSPACE_BUDGET: 2); model_*: ozaki.cost's predictions for the plan each call used (stages in the CSV "
               "next to encode_s, products_s, decode_s)")
     print(f"wrote {args.out / (name + '.csv')}")
 

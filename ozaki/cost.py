@@ -16,7 +16,7 @@ bits from run to run.
 
 :func:`workspace_bytes` predicts the device memory the emulated path holds at its peak,
 and :func:`stream_rows` picks the height of the blocks of A's rows the fused path streams
-over to keep that within issue 6's budget of twice the bytes of A, B and C.
+over to keep that within a budget of twice the bytes of A, B and C (``WORKSPACE_BUDGET``).
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ class Device:
     major: int
 
 
-# Where NOTES §6 gives a range, the end that does not flatter the emulation is taken.
+# Blackwell figures are vendor leads, not measured here; where they give a range, the end that does not
+# flatter the emulation is taken.
 DEVICES = {
     "h200": Device(
         "H200", 67e12, {"int8": 1979e12, "fp8": 1979e12, "fp4": None}, 4.8e12,
@@ -56,12 +57,12 @@ DEVICES = {
     ),
     "b200": Device(
         "B200", 40e12, {"int8": 4.5e15, "fp8": 4.5e15, "fp4": 9e15}, 8e12,
-        "NOTES §6: dense FP4 9 P, FP8/INT8 4.5 P, FP64 37-40 T (40 taken); HBM3e 8 TB/s (datasheet)", 10,
+        "B200 vendor leads: dense FP4 9 P, FP8/INT8 4.5 P, FP64 37-40 T (40 taken); HBM3e 8 TB/s (datasheet)", 10,
     ),
     "b300": Device(
         "B300", 1.25e12, {"int8": None, "fp8": 4.5e15, "fp4": 13e15}, 8e12,
-        "NOTES §6: dense FP4 13-15 P (13 taken), INT8 cut to a small fraction (not projected), FP64 1.25 T; "
-        "FP8 4.5 P assumed equal to B200 (NOTES gives none); HBM3e 8 TB/s (datasheet)", 10,
+        "B300 vendor leads: dense FP4 13-15 P (13 taken), INT8 cut to a small fraction (not projected), FP64 "
+        "1.25 T; FP8 4.5 P assumed equal to B200 (no lead found); HBM3e 8 TB/s (datasheet)", 10,
     ),
     "a100": Device(
         "A100", 19.5e12, {"int8": 624e12, "fp8": None, "fp4": None}, 2.039e12,
@@ -76,7 +77,7 @@ PLANE_BYTES = {"int8": 1.0, "fp8": 1.0, "fp4": 0.5, "int4": 0.5, "reference": 8.
 # benchmarks/RESULTS.md, "2026-11-29 18:36 UTC, one H200 (issue 6)": ozaki.matmul with the int8
 # engine, 23 moduli (23 plane GEMMs), accuracy fp64; seconds of (encode, products, decode)
 # per (M, K, N).  DGEMM's best rate in that run was 58.6 TFLOP/s (8192³; 56.0 at 16384³).
-# The encode figures are those of the int64-bound encode kernel that kernels/encode.py has
+# The encode figures are those of the int64-bound encode kernel that kernels/residues.py has
 # since replaced: recalibrate from the next H200 run (``python -m ozaki bench`` prints the
 # prediction next to each measured stage).
 H200_RECORD = {

@@ -1,23 +1,23 @@
-"""``ozaki.matmul``: numpy.matmul's semantics around the emulated product.
+"""``ozaki.matmul`` and ``ozaki.explain``: numpy.matmul's semantics around the emulated product.
 
 Operands are validated and promoted to float64, 1-D operands and batch dimensions are
-handled as numpy does, NaN and ±Inf are placed where numpy's matmul puts them, and each
-finite 2-D product goes through :func:`ozaki.pipeline.emulated_matmul` — unless, for
-``engine="auto"`` with ``accuracy="fp64"`` on a GPU, the cost model predicts native DGEMM
-faster (:func:`ozaki.pipeline.prefers_native`).
+handled as numpy does; one plan decides the call (:func:`ozaki.planning.plan_product`: the
+moduli, or native DGEMM where, for ``engine="auto"`` with ``accuracy="fp64"`` on a GPU, the
+cost model predicts it faster); the pipeline runs it (:func:`ozaki.pipeline.run`), and NaN
+and ±Inf are placed where numpy's matmul puts them.
 """
 
 from __future__ import annotations
 
-import math
 import numbers
 
 import numpy as np
 import torch
 
-from .pipeline import ENGINES, emulated_matmul, prefers_native
+from . import pipeline
+from .planning import ENGINES, ProductPlan, plan_product
 
-__all__ = ["check_options", "matmul"]
+__all__ = ["check_options", "explain", "matmul"]
 
 _MAX_FIXED_BITS = 2200  # past every float64 exponent span: fixed bits beyond it change nothing
 
@@ -87,23 +87,6 @@ def _nonfinite_pattern(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, 
     return nan, posinf & ~nan, neginf & ~nan
 
 
-def _matmul_2d_batch(a: torch.Tensor, b: torch.Tensor, accuracy, engine: str) -> torch.Tensor:
-    """a (..., M, K) @ b (..., K, N) with equal batch shapes, float64, finite."""
-    shape = (*a.shape[:-1], b.shape[-1])
-    if math.prod(shape) == 0 or a.shape[-1] == 0:
-        return torch.zeros(shape, dtype=torch.float64, device=a.device)
-    flat_a, flat_b = a.reshape(-1, *a.shape[-2:]), b.reshape(-1, *b.shape[-2:])
-    if flat_a.shape[0] == 1:
-        # One product: its result is the output (a second M×N buffer would count against the
-        # workspace budget of issue 6).
-        return emulated_matmul(flat_a[0], flat_b[0], accuracy=accuracy, engine=engine).reshape(shape)
-    out = torch.empty(shape, dtype=torch.float64, device=a.device)
-    flat_out = out.view(-1, *out.shape[-2:])
-    for index in range(flat_out.shape[0]):
-        flat_out[index] = emulated_matmul(flat_a[index], flat_b[index], accuracy=accuracy, engine=engine)
-    return out
-
-
 def matmul(a, b, *, accuracy="fp64", engine: str = "auto"):
     """The float64 matrix product a @ b, emulated with the Ozaki scheme II.
 
@@ -137,8 +120,34 @@ def matmul(a, b, *, accuracy="fp64", engine: str = "auto"):
     NaN and ±Inf inputs give NaN/±Inf exactly where numpy's matmul does; finite results beyond
     the float64 range become ±inf; an exact zero is +0.0.
     """
-    check_options(accuracy, engine)
+    ta, tb, squeeze = _operands(a, b, accuracy, engine)
+    plan = plan_product(ta, tb, accuracy, engine)
+    out = pipeline.run(plan, ta, tb)  # on the native path, IEEE semantics for NaN and ±Inf as numpy's matmul
+    if plan.nonfinite:
+        # The finite terms went through the emulation; NaN/Inf positions are overlaid after.
+        nan, posinf, neginf = _nonfinite_pattern(ta, tb)
+        out = torch.where(nan, torch.nan, torch.where(posinf, torch.inf, torch.where(neginf, -torch.inf, out)))
+    for axis in squeeze:
+        out = out.squeeze(axis)
     torch_out = isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor)
+    return out if torch_out else out.cpu().numpy()
+
+
+def explain(a, b, *, accuracy="fp64", engine: str = "auto") -> ProductPlan:
+    """How ``ozaki.matmul(a, b, accuracy=..., engine=...)`` would compute the product, without
+    computing it: the path (``"native"`` DGEMM or ``"emulated"``), the engine and its moduli,
+    the low-precision GEMMs (``products``), the (fewest, most) bits kept per row of A and per
+    column of B, the documented elementwise error bound and, on a device with a cost profile,
+    the predicted times (``predicted``).  Reads the inputs' exponents where the shape alone
+    does not decide, as matmul does."""
+    ta, tb, _ = _operands(a, b, accuracy, engine)
+    return plan_product(ta, tb, accuracy, engine)
+
+
+def _operands(a, b, accuracy, engine) -> tuple[torch.Tensor, torch.Tensor, tuple[int, ...]]:
+    """a and b as float64 tensors on one device, 1-D operands promoted and batch dimensions
+    broadcast as numpy.matmul does, with the axes to squeeze from the result."""
+    check_options(accuracy, engine)
     device = next((x.device for x in (a, b) if isinstance(x, torch.Tensor)), None)
     ta = _as_float64_tensor(a, "a", device)
     tb = _as_float64_tensor(b, "b", ta.device if device is None else device)
@@ -158,23 +167,5 @@ def matmul(a, b, *, accuracy="fp64", engine: str = "auto"):
         batch = torch.broadcast_shapes(ta.shape[:-2], tb.shape[:-2])
     except RuntimeError:
         raise ValueError(f"matmul: batch dimensions of shapes {shape_a} and {shape_b} do not broadcast") from None
-    ta = ta.expand(*batch, *ta.shape[-2:])
-    tb = tb.expand(*batch, *tb.shape[-2:])
-
-    # Decided from the shape and the device alone, before the data is read (see prefers_native).
-    if prefers_native(ta.shape[-2], ta.shape[-1], tb.shape[-1], accuracy, engine, ta.device):
-        out = torch.matmul(ta, tb)  # IEEE semantics for NaN and ±Inf, as numpy's matmul
-    elif bool(ta.isfinite().all()) and bool(tb.isfinite().all()):
-        out = _matmul_2d_batch(ta, tb, accuracy, engine)
-    else:
-        # The finite terms go through the emulation; NaN/Inf positions are overlaid after.
-        zeroed_a, zeroed_b = (torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0) for x in (ta, tb))
-        out = _matmul_2d_batch(zeroed_a, zeroed_b, accuracy, engine)
-        nan, posinf, neginf = _nonfinite_pattern(ta, tb)
-        out = torch.where(nan, torch.nan, torch.where(posinf, torch.inf, torch.where(neginf, -torch.inf, out)))
-
-    if vector_a:
-        out = out.squeeze(-2)
-    if vector_b:
-        out = out.squeeze(-1)
-    return out if torch_out else out.cpu().numpy()
+    squeeze = (-2,) * vector_a + (-1,) * vector_b  # -2 first: then b's axis is the last
+    return ta.expand(*batch, *ta.shape[-2:]), tb.expand(*batch, *tb.shape[-2:]), squeeze

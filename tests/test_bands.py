@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ozaki
-from ozaki import bands, catalog, pipeline
+from ozaki import bands, catalog, timing
 from ozaki.residues import crt_capacity
 from ozaki.scaling import scale_rows
 
@@ -142,7 +142,7 @@ def test_banded_stages_are_timed_once_each():
     # The banded path runs outside the plain path's encode stage: no stage holds another.
     a, b = _wide_rows(5, 2, 3, 2, span=300)
     started = time.perf_counter()
-    with pipeline.stage_times() as times:
+    with timing.stage_times() as times:
         ozaki.matmul(a, b, accuracy="exact", engine="int8")
     elapsed = time.perf_counter() - started
     assert set(times) == {"encode", "products", "decode"}

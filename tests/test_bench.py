@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 import ozaki
-from ozaki import bench, cost, pipeline
+from ozaki import bench, cost, planning, timing
 
 U = 2.0**-53
 
@@ -67,7 +67,7 @@ def test_stage_breakdown_is_taken_from_the_pipeline_recorder(tmp_path, monkeypat
         yield seconds
         seconds.update(encode=0.25, products=0.5, decode=0.125)
 
-    monkeypatch.setattr(pipeline, "stage_times", stage_times, raising=False)
+    monkeypatch.setattr(timing, "stage_times", stage_times)
     argv = ["--cpu", "--sizes", "8", "--reps", "1", "--accuracy", "fp64", "--out", str(tmp_path)]
     assert bench.main(argv) == 0
     _, rows = _read(tmp_path / "bench-cpu.csv")
@@ -200,7 +200,7 @@ def test_plan_and_path_are_read_from_the_debug_log(monkeypatch):
         4, 8, 3, digits="reference", planes=len(plan.moduli), moduli=len(plan.moduli)) / (8 * (32 + 24 + 12))
 
     # engine="auto" on a device whose profile predicts DGEMM faster: native, decided before any plan.
-    monkeypatch.setattr(pipeline, "_cost_profile", lambda device: h200)
+    monkeypatch.setattr(planning, "_cost_profile", lambda device: h200)
     records = bench._recorded_call(lambda: ozaki.matmul(a, b))
     row = bench._model_columns(case, records, h200)
     assert records.plan is None and row["path"] == "native"

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import ozaki
-from ozaki import cost, pipeline
+from ozaki import cost, pipeline, planning
 from ozaki.residues import crt_capacity
 
 H200 = cost.profile_for("NVIDIA H200", (9, 0))
@@ -136,7 +136,7 @@ def test_the_reference_engine_does_not_stream():
 @pytest.fixture
 def as_h200(monkeypatch):
     """The pipeline takes the CPU for an H200 (the decision reads only the cost profile)."""
-    monkeypatch.setattr(pipeline, "_cost_profile", lambda device: H200)
+    monkeypatch.setattr(planning, "_cost_profile", lambda device: H200)
 
 
 def _spread(rng, shape):
@@ -146,20 +146,20 @@ def _spread(rng, shape):
 @pytest.mark.parametrize("accuracy, engine", [("exact", "auto"), (40, "auto"), ("fp64", "reference"),
                                               ("fp64", "int8")])
 def test_only_auto_fp64_may_go_native(as_h200, accuracy, engine):
-    assert pipeline.native_verdict(16384, 16384, 16384, accuracy, engine, torch.device("cpu")) is None
-    assert pipeline.native_verdict(16384, 16384, 16384, "fp64", "auto", torch.device("cpu")).native
+    assert planning.native_verdict(16384, 16384, 16384, accuracy, engine, torch.device("cpu")) is None
+    assert planning.native_verdict(16384, 16384, 16384, "fp64", "auto", torch.device("cpu")).native
 
 
 def test_cpu_never_goes_native():
-    assert pipeline.native_verdict(16384, 16384, 16384, "fp64", "auto", torch.device("cpu")) is None
+    assert planning.native_verdict(16384, 16384, 16384, "fp64", "auto", torch.device("cpu")) is None
 
 
 @pytest.mark.parametrize("n", [4096, 8192, 16384])
 def test_h200_with_int8_plans_goes_native(as_h200, n):
     # The real decision on an H200: the int8 plan for 53-bit rows (the one choose_moduli
     # takes for auto on CUDA) against DGEMM, before any data is read.
-    plan = pipeline.choose_moduli("int8", n, crt_capacity(n, 53, 53), torch.device("cpu"))
-    verdict = pipeline.native_verdict(n, n, n, "fp64", "auto", torch.device("cpu"), plan)
+    plan = planning.moduli_for("int8", n, crt_capacity(n, 53, 53), torch.device("cpu"))
+    verdict = planning.native_verdict(n, n, n, "fp64", "auto", torch.device("cpu"), plan)
     assert verdict.native and verdict.emulated.products > verdict.dgemm * 0.8, verdict
 
 
@@ -213,7 +213,7 @@ def test_the_plan_for_the_inputs_decides_too(as_h200, caplog):
 def test_on_this_gpu_the_decision_is_the_profiles():
     device = torch.device("cuda")
     a = torch.randn(256, 256, dtype=torch.float64, device=device)
-    verdict = pipeline.native_verdict(256, 256, 256, "fp64", "auto", device)
+    verdict = planning.native_verdict(256, 256, 256, "fp64", "auto", device)
     got = ozaki.matmul(a, a)
     if verdict is not None and verdict.native:
         assert torch.equal(got, a @ a)

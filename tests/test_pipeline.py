@@ -14,7 +14,7 @@ import kernels.decode
 import ozaki
 import ozaki.catalog
 from exact_reference import round_dyadic as _correctly_rounded
-from ozaki import _bits, cost, pipeline
+from ozaki import _bits, cost, planning
 from ozaki.crt import garner, round_to_float64, signed_limbs
 from ozaki.products import _PRODUCT_LIMIT, _reduce_product, direct_products
 from ozaki.residues import reference_moduli, residues
@@ -46,7 +46,7 @@ def test_bits_do_not_depend_on_the_moduli(phi):
 
 @pytest.mark.parametrize("k", [1, 100, 20000, 2**40])
 def test_reference_moduli_reach_the_capacity_and_stay_exact(k):
-    plan = pipeline.choose_moduli("reference", k, 2**300, torch.device("cpu"))
+    plan = planning.moduli_for("reference", k, 2**300, torch.device("cpu"))
     assert plan.engine == "reference" and plan.encodings is None
     assert math.prod(plan.moduli) > 2**300
     assert all(min(k, 2**16) * (m // 2) ** 2 < 2**53 for m in plan.moduli)
@@ -264,7 +264,7 @@ def fused_path(monkeypatch):
     GEMMs, decode kernel): on a GPU with the operands moved to it, without one through Triton's
     interpreter (tests/conftest.py) on the CPU tensors.  Returns a numpy array, as matmul does."""
     if not torch.cuda.is_available():
-        monkeypatch.setattr(pipeline, "_kernels_available", lambda device: True)
+        monkeypatch.setattr(planning, "kernels_available", lambda device: True)
         return ozaki.matmul
 
     def on_gpu(a: np.ndarray, b: np.ndarray, **options) -> np.ndarray:

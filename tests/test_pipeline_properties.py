@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ozaki
-from ozaki import catalog, pipeline
+from ozaki import catalog, planning
 from ozaki.crt import HALF_MODULUS_ERROR, garner, round_to_float64, signed_limbs, signed_residues
 from ozaki.products import direct_products, plane_products
 from ozaki.residues import crt_capacity, has_capacity, reference_moduli, residues
@@ -342,8 +342,8 @@ def test_pipeline_asks_for_the_plan_formats_capacity(engine, accuracy, monkeypat
     if engine != "reference" and not catalog.plans_for(engine):
         pytest.skip(f"the catalog has no {engine} plan")
     asked = []
-    choose = pipeline.choose_moduli
-    monkeypatch.setattr(pipeline, "choose_moduli", lambda *args: asked.append(args[2]) or choose(*args))
+    choose = planning.moduli_for
+    monkeypatch.setattr(planning, "moduli_for", lambda *args: asked.append(args[2]) or choose(*args))
     a = np.array([[127.0, -65.0, 1.0], [3.0, 0.0, 64.0]])
     b = np.array([[511.0, 1.0], [-256.0, 3.0], [5.0, 257.0]])
     got = ozaki.matmul(a, b, accuracy=accuracy, engine=engine)

@@ -1,0 +1,253 @@
+"""Deciding how one call computes its product, apart from computing it.
+
+:func:`plan_product` reads what the decision needs (each row's extents, so its bits, so the
+CRT capacity, so the moduli or exponent bands) and asks the cost model whether native float64
+matmul is faster; it returns a :class:`ProductPlan`, which :func:`ozaki.pipeline.run` carries
+out, the frontend asks for once per call, ``ozaki.explain`` returns and the benchmark reads.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import dataclass, field
+from typing import Union
+
+import torch
+
+from kernels import scaling as scaling_kernels
+
+from . import bands, catalog, cost
+from .formats import Encoding
+from .residues import crt_capacity, has_capacity, reference_moduli
+from .scaling import Extents, exact_bits_of, fixed_bits_of, row_extents
+
+__all__ = ["ENGINES", "Moduli", "ProductPlan", "moduli_for", "native_verdict", "plan_product", "row_bits"]
+
+log = logging.getLogger("ozaki")
+
+Accuracy = Union[str, int]
+PLAN_ENGINES = ("int8", "fp8", "fp4")
+ENGINES = ("auto", "reference", *PLAN_ENGINES)
+
+# The width of one float64 significand.  Under accuracy="fp64" a row keeps its lossless width:
+# at least 53 bits wherever it holds a float64 that uses its whole significand, as general
+# float64 data does.  The plan for 53-bit rows is thus the cheapest such data can get, and
+# when even it is predicted slower than DGEMM the data need not be read to know.
+_SIGNIFICAND_BITS = 53
+
+# The elementwise error bound each accuracy documents (README, ozaki.matmul), u = 2^-53.
+_CORRECTLY_ROUNDED = "correctly rounded: |C^ - C| <= u|C| + 2^-1075 (u = 2^-53)"
+_NATIVE_BOUND = "DGEMM's: |C^ - C| <= K*u*(|A||B|) + u|C| (u = 2^-53); bits may differ across devices"
+
+
+def _fixed_bound(bits: int) -> str:
+    return (f"|C^ - C| <= e*(max|A_i:|*sum|B_:j| + sum|A_i:|*max|B_:j|) + e^2*K*max|A_i:|*max|B_:j| + u|C| "
+            f"+ 2^-1075, e = 1/(2^{bits} - 1), u = 2^-53")
+
+
+@dataclass(frozen=True)
+class Moduli:
+    """The moduli of one product and, for a plan engine, the encoding of each."""
+
+    moduli: tuple[int, ...]
+    encodings: tuple[Encoding, ...] | None  # None: direct float64 products
+    engine: str
+
+    @property
+    def planes(self) -> int:
+        """Plane GEMMs per product: one per modulus for direct products."""
+        return len(self.moduli) if self.encodings is None else sum(len(e.planes) for e in self.encodings)
+
+
+@dataclass(frozen=True)
+class ProductPlan:
+    """How one call computes its (batch of) M×K×N product(s), decided before any residue exists.
+
+    ``path`` is "native" (torch.matmul: cuBLAS DGEMM) or "emulated".  A native path decided from
+    the shape alone read no data: ``moduli``, ``bits_a`` and ``bits_b`` are then None.  ``bits_a``
+    and ``bits_b`` are the (fewest, most) bits kept per row of A and per column of B; ``bands``
+    is the split into exponent bands when the product is wider than every plan of the engine
+    (``moduli`` is then each band pair's plan).  ``predicted`` is the cost model's verdict where
+    the device has a profile."""
+
+    m: int
+    k: int
+    n: int
+    batch: int
+    accuracy: Accuracy
+    engine: str
+    path: str
+    reason: str
+    error_bound: str
+    moduli: Moduli | None = None
+    bits_a: tuple[int, int] | None = None
+    bits_b: tuple[int, int] | None = None
+    bands: bands.Split | None = None
+    predicted: cost.Verdict | None = None
+    # What the pipeline runs on: finite operands (non-finite entries zeroed, overlaid after) and,
+    # per product of the batch, the rows' extents and bits of A and of Bᵀ.
+    operands: tuple[torch.Tensor, torch.Tensor] | None = field(default=None, repr=False, compare=False)
+    nonfinite: bool = field(default=False, repr=False, compare=False)
+    rows: tuple = field(default=(), repr=False, compare=False)
+
+    @property
+    def products(self) -> int:
+        """Low-precision (or, for the reference engine, float64) GEMMs the call runs; 0 on the native path."""
+        if self.moduli is None:
+            return 0
+        per_product = self.bands.products if self.bands is not None else self.moduli.planes
+        return self.batch * per_product
+
+
+def row_bits(x: torch.Tensor, accuracy: Accuracy) -> torch.Tensor:
+    """Bits kept per row of x for the requested accuracy (see :mod:`ozaki.scaling`)."""
+    return bits_of(row_extents(x), accuracy)
+
+
+def bits_of(extents: Extents, accuracy: Accuracy) -> torch.Tensor:
+    if accuracy in ("fp64", "exact"):
+        # The fp64 target needs each row's lossless width (see scaling.exact_bits).
+        return exact_bits_of(extents)
+    return fixed_bits_of(extents, accuracy)
+
+
+def kernels_available(device: torch.device) -> bool:
+    """The Triton path runs on CUDA tensors.  (Triton's CPU interpreter runs it too, but one
+    step per tile takes milliseconds: tests call it there on small shapes explicitly.)"""
+    return device.type == "cuda"
+
+
+def extents(x: torch.Tensor) -> Extents:
+    """What stage 1 reads of x's rows (:func:`ozaki.scaling.row_extents`): with Triton in one
+    pass of ``kernels.scaling`` (for Bᵀ, B's columns in place: no transposed copy), the same
+    integers, so the same bits, shifts, p, q and plan."""
+    return scaling_kernels.row_extents_kernel(x) if kernels_available(x.device) else row_extents(x)
+
+
+def _plan_moduli(digits: str, min_product: int) -> Moduli | None:
+    for plan in catalog.plans_for(digits):
+        if has_capacity(plan.capacity, min_product):
+            encodings = tuple(catalog.encoding(name) for _, name in plan.moduli)
+            return Moduli(tuple(m for m, _ in plan.moduli), encodings, digits)
+    return None
+
+
+def moduli_for(engine: str, k: int, min_product: int, device: torch.device) -> Moduli:
+    """Moduli with ∏m > min_product for the engine; ``auto`` takes the fastest exact engine
+    the device has: an int8 plan on CUDA, the float64 reference on the CPU, where one calls
+    ozaki for its exactness (numpy.matmul is the DGEMM there).  Whether ``auto`` emulates at
+    all is :func:`native_verdict`'s call."""
+    if engine in PLAN_ENGINES:
+        chosen = _plan_moduli(engine, min_product)
+        if chosen is None:
+            raise ValueError(
+                f"no {engine!r} plan in the catalog has capacity above 2^{min_product.bit_length() - 1} "
+                f"(needed for these inputs with K = {k}); add one with `ozaki-search plan --digits {engine} "
+                f"--input-bits N --k-max K` or use engine='reference'"
+            )
+        return chosen
+    if engine == "auto" and device.type == "cuda":
+        chosen = _plan_moduli("int8", min_product)
+        if chosen is not None:
+            return chosen
+        log.debug("no int8 plan reaches 2^%d: using the reference engine", min_product.bit_length() - 1)
+    return Moduli(reference_moduli(k, min_product), None, "reference")
+
+
+def native_verdict(m: int, k: int, n: int, accuracy: Accuracy, engine: str, device: torch.device,
+                   moduli: Moduli | None = None) -> cost.Verdict | None:
+    """The cost model's verdict (:mod:`ozaki.cost`) on emulating the M×K×N product with
+    ``moduli`` (default: the plan for rows of 53 bits) against native DGEMM, or None where
+    native is no option: only ``engine="auto"`` with ``accuracy="fp64"`` may run native float64
+    matmul, as "exact", a number of bits and an explicit engine promise the emulated bits; only
+    on a device with a cost profile (on the CPU auto is the reference engine, see moduli_for)."""
+    if engine != "auto" or accuracy != "fp64" or min(m, k, n) < 1:
+        return None
+    profile = _cost_profile(device)
+    if profile is None:
+        return None
+    if moduli is None:
+        moduli = moduli_for("auto", k, crt_capacity(k, _SIGNIFICAND_BITS, _SIGNIFICAND_BITS), device)
+    return cost.verdict(profile, m, k, n, digits=moduli.engine, planes=moduli.planes, moduli=len(moduli.moduli))
+
+
+def _cost_profile(device: torch.device) -> cost.Profile | None:
+    if device.type != "cuda":
+        return None
+    return _cuda_profile(torch.cuda.current_device() if device.index is None else device.index)
+
+
+@functools.cache
+def _cuda_profile(index: int) -> cost.Profile | None:
+    name, capability = torch.cuda.get_device_name(index), torch.cuda.get_device_capability(index)
+    profile = cost.profile_for(name, capability)
+    if profile is None:
+        log.debug("no cost profile for %s (sm_%d%d): engine='auto' always emulates there", name, *capability)
+    return profile
+
+
+def _finite(x: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """x with NaN and ±Inf read as 0 (numpy's matmul places them, see ozaki.frontend), and whether
+    any was there."""
+    if bool(x.isfinite().all()):
+        return x, False
+    return torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0), True
+
+
+def plan_product(a: torch.Tensor, b: torch.Tensor, accuracy: Accuracy = "fp64", engine: str = "auto") -> ProductPlan:
+    """The plan for a (…, M, K) @ b (…, K, N), float64 with equal batch shapes on one device
+    (validated by the frontend).  Reads the data only where the shape does not decide."""
+    (m, k), n, device = a.shape[-2:], b.shape[-1], a.device
+    batch = a[..., 0, 0].numel()
+    basis = dict(m=m, k=k, n=n, batch=batch, accuracy=accuracy, engine=engine)
+
+    # Native from the shape alone: the cheapest plan general float64 data can get is slower.
+    verdict = native_verdict(m, k, n, accuracy, engine, device)
+    if verdict is not None and verdict.native:
+        return _logged(ProductPlan(**basis, path="native", reason=f"plan for rows of {_SIGNIFICAND_BITS} bits",
+                                   error_bound=_NATIVE_BOUND, predicted=verdict))
+    if batch == 0 or min(m, k, n) == 0:
+        return ProductPlan(**basis, path="emulated", reason="empty product: zeros", error_bound=_CORRECTLY_ROUNDED)
+
+    # 1. Scale: row i of A keeps bits_i, so |A'| ≤ 2^p − 1 with p = max bits_i; B's columns, q.
+    (fa, nonfinite_a), (fb, nonfinite_b) = _finite(a), _finite(b)
+    flat_a, flat_bt = fa.reshape(-1, m, k), fb.reshape(-1, k, n).transpose(-1, -2)
+    rows = []
+    for index in range(batch):
+        extents_a, extents_b = extents(flat_a[index]), extents(flat_bt[index])
+        rows.append((extents_a, extents_b, bits_of(extents_a, accuracy), bits_of(extents_b, accuracy)))
+    bits_a, bits_b = torch.cat([r[2] for r in rows]), torch.cat([r[3] for r in rows])
+    p, q = int(bits_a.max()), int(bits_b.max())
+
+    # |A'B'| ≤ K·(2^p − 1)(2^q − 1); the CRT recovers it exactly, sign included, when
+    # ∏m > 2·K·(2^p − 1)(2^q − 1): the capacity a plan advertises for k_max and input_bits.
+    capacity = crt_capacity(k, p, q)
+    split = None
+    if engine in PLAN_ENGINES and _plan_moduli(engine, capacity) is None:
+        # Wider than every plan of the engine: a sum of band products (ozaki.bands).
+        split = bands.split(k, p, q, [(plan.capacity, plan.products) for plan in catalog.plans_for(engine)])
+        capacity = crt_capacity(k, split.width_a, split.width_b)
+    moduli = moduli_for(engine, k, capacity, device)
+    verdict = native_verdict(m, k, n, accuracy, engine, device, moduli)
+    native = verdict is not None and verdict.native
+    if native:
+        bound = _NATIVE_BOUND
+    else:
+        bound = _CORRECTLY_ROUNDED if isinstance(accuracy, str) else _fixed_bound(accuracy)
+    return _logged(ProductPlan(
+        **basis, path="native" if native else "emulated", reason=f"plan for rows of p={p}, q={q} bits",
+        error_bound=bound, moduli=moduli, bits_a=(int(bits_a.min()), p), bits_b=(int(bits_b.min()), q), bands=split,
+        predicted=verdict, operands=(fa, fb), nonfinite=(nonfinite_a or nonfinite_b) and not native, rows=tuple(rows),
+    ))
+
+
+def _logged(plan: ProductPlan) -> ProductPlan:
+    """Says which path a product takes and why on the "ozaki" logger (debug)."""
+    if plan.predicted is not None:
+        outcome = str(plan.predicted)
+    else:
+        outcome = f"engine {plan.moduli.engine}, {len(plan.moduli.moduli)} moduli, {plan.products} GEMMs"
+    log.debug("%s for %dx%dx%d (%s): %s", "native float64 matmul" if plan.path == "native" else "emulating",
+              plan.m, plan.k, plan.n, plan.reason, outcome)
+    return plan

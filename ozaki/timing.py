@@ -1,0 +1,44 @@
+"""Seconds per pipeline stage, collected on request (the benchmark's stage columns)."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+
+import torch
+
+__all__ = ["stage", "stage_times"]
+
+_timing = threading.local()
+
+
+@contextlib.contextmanager
+def stage_times():
+    """Collects seconds per stage ("encode", "products", "decode") of the products run inside,
+    on this thread; CUDA is synchronized at each stage boundary only while collecting."""
+    times: dict[str, float] = {}
+    outer = getattr(_timing, "times", None)
+    _timing.times = times
+    try:
+        yield times
+    finally:
+        _timing.times = outer
+
+
+@contextlib.contextmanager
+def stage(name: str, device: torch.device):
+    """Adds the seconds of the block to stage ``name`` while :func:`stage_times` collects."""
+    times = getattr(_timing, "times", None)
+    if times is None:
+        yield
+        return
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        times[name] = times.get(name, 0.0) + time.perf_counter() - start

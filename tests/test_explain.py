@@ -1,0 +1,92 @@
+"""``ozaki.explain``: the plan of a call, without its product, and the very plan matmul runs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from test_cost import H200, _spread
+
+import ozaki
+import ozaki.catalog
+from ozaki import pipeline, planning
+from ozaki.residues import crt_capacity
+
+
+@pytest.fixture
+def no_product(monkeypatch):
+    """explain must not compute the product: any run of the pipeline fails the test."""
+
+    def refuse(*args):
+        raise AssertionError("explain ran the product")
+
+    monkeypatch.setattr(pipeline, "run", refuse)
+
+
+@pytest.mark.parametrize("accuracy", ["fp64", "exact", 24])
+def test_cpu_plan_is_the_reference_engines(no_product, accuracy):
+    rng = np.random.default_rng(1)
+    a, b = _spread(rng, (6, 40)), _spread(rng, (40, 5))
+    plan = ozaki.explain(a, b, accuracy=accuracy)
+    bits_a = planning.row_bits(torch.from_numpy(a), accuracy)
+    bits_b = planning.row_bits(torch.from_numpy(b).T, accuracy)
+    assert (plan.path, plan.moduli.engine, plan.batch, plan.bands) == ("emulated", "reference", 1, None)
+    assert plan.bits_a == (int(bits_a.min()), int(bits_a.max())) and plan.bits_b == (int(bits_b.min()), int(bits_b.max()))
+    # The fewest reference moduli whose product passes the CRT capacity of these bits.
+    capacity = crt_capacity(40, plan.bits_a[1], plan.bits_b[1])
+    assert np.prod([float(m) for m in plan.moduli.moduli]) > capacity
+    assert plan.products == len(plan.moduli.moduli) and plan.predicted is None
+    if isinstance(accuracy, int):
+        assert f"e = 1/(2^{accuracy} - 1)" in plan.error_bound
+    else:
+        assert plan.error_bound.startswith("correctly rounded")
+
+
+def test_matmul_runs_the_plan_explain_returns(monkeypatch):
+    rng = np.random.default_rng(2)
+    a, b = _spread(rng, (2, 5, 30)), _spread(rng, (30, 4))
+    explained = ozaki.explain(a, b, engine="int8")
+    ran = []
+    run = pipeline.run
+    monkeypatch.setattr(pipeline, "run", lambda plan, *operands: ran.append(plan) or run(plan, *operands))
+    got = ozaki.matmul(a, b, engine="int8")
+    assert ran == [explained] and got.shape == (2, 5, 4)
+    # One plan for the batch: each of its products uses the plan's moduli.
+    assert explained.batch == 2 and explained.products == 2 * explained.moduli.planes
+
+
+def test_plan_engine_past_every_plan_explains_its_bands(no_product):
+    if not ozaki.catalog.plans_for("int8"):
+        pytest.skip("the catalog has no int8 plan")
+    a = np.array([[2.0**600, 1.0, 2.0**-600]])
+    b = np.array([[1.0], [3.0], [5.0]])
+    plan = ozaki.explain(a, b, engine="int8")
+    assert plan.bands is not None and plan.bands.pairs > 1
+    assert plan.products == plan.bands.products
+
+
+def test_native_path_on_a_profiled_device_reads_no_data(monkeypatch, no_product):
+    monkeypatch.setattr(planning, "_cost_profile", lambda device: H200)
+    monkeypatch.setattr(planning, "extents", lambda x: pytest.fail("the shape alone decides: no data is read"))
+    a = torch.zeros((4096, 4096), dtype=torch.float64)
+    plan = ozaki.explain(a, a)
+    assert (plan.path, plan.moduli, plan.bits_a) == ("native", None, None)
+    assert plan.predicted.native and plan.predicted.dgemm < plan.predicted.emulated.total
+    assert plan.error_bound.startswith("DGEMM's") and plan.products == 0
+
+
+def test_nonfinite_inputs_are_planned_on_their_finite_terms(no_product):
+    a = np.array([[1.0, np.inf], [np.nan, 2.0]])
+    plan = ozaki.explain(a, np.eye(2))
+    assert plan.nonfinite and np.isfinite(plan.operands[0].numpy()).all()
+
+
+@pytest.mark.parametrize("call, error", [
+    (lambda: ozaki.explain(np.ones((2, 3)), np.ones((2, 3))), ValueError),
+    (lambda: ozaki.explain(np.ones((2, 2)), np.ones((2, 2)), accuracy="fp32"), ValueError),
+    (lambda: ozaki.explain(np.ones((2, 2)), np.ones((2, 2)), engine="fp16"), ValueError),
+    (lambda: ozaki.explain(np.ones((2, 2), dtype=complex), np.ones((2, 2))), TypeError),
+])
+def test_bad_calls_raise_as_matmul_does(call, error):
+    with pytest.raises(error):
+        call()

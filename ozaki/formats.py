@@ -29,7 +29,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from kernels.digits import digit_set
-from ozaki.residues import crt_capacity, has_capacity
+from ozaki.capacity import crt_capacity, has_capacity
 
 __all__ = [
     "ENCODING_FORMAT",

@@ -7,9 +7,9 @@ float64 pieces whose weighted sum mod m is exact (see :func:`residues`), or, for
 too wide for that, reduced as ``(mantissa mod m)·(2^exponent mod m) mod m`` in int64.  No
 big integer is ever formed.
 
-Also here: the capacity the moduli of every engine must reach (:func:`crt_capacity`,
-:func:`has_capacity`), and the moduli of the reference engine, the largest primes that keep a
-float64 BLAS product of residues exact.
+Also here: the moduli of the reference engine, the largest primes that keep a float64 BLAS
+product of residues exact.  ``crt_capacity`` and ``has_capacity`` live in the torch-free
+:mod:`ozaki.capacity` and stay importable from here.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import sympy
 import torch
 
 from ._bits import FLOOR_MOD_LIMIT, blocks, floor_mod, pow2
+from .capacity import crt_capacity, has_capacity
 from .scaling import Scaled
 
 __all__ = ["balanced", "crt_capacity", "has_capacity", "reference_moduli", "residues", "FLOAT64_EXACT"]
@@ -114,24 +115,6 @@ def _residues_int64(mantissa: torch.Tensor, exponent: torch.Tensor, m: int, max_
         table = torch.tensor(_powers_of_two(m, max_exponent + 1), dtype=torch.int64, device=r.device)
         r = torch.remainder(r, m) * table[exponent]
     return balanced(r, m)
-
-
-def crt_capacity(k: int, p: int, q: int) -> int:
-    """2·K·(2^p − 1)(2^q − 1), the number the product of the moduli must exceed for a
-    product of K terms of p- and q-bit integers: every entry of A'·B' is an integer with
-    |Y| ≤ K·(2^p − 1)(2^q − 1) (|a'| ≤ 2^p − 1, |b'| ≤ 2^q − 1: see ozaki.scaling), which
-    ∏m > 2·|Y| puts strictly inside (−∏m/2, ∏m/2), where the CRT decodes exactly
-    (ozaki.crt).  It is the ``ozaki-plan/1`` capacity with k_max = K, input_bits = p = q."""
-    for name, value in (("K", k), ("p", p), ("q", q)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"{name} must be a non-negative int, got {value!r}")
-    return 2 * k * ((1 << p) - 1) * ((1 << q) - 1)
-
-
-def has_capacity(product: int, capacity: int) -> bool:
-    """Whether moduli with this product serve ``capacity`` (from :func:`crt_capacity`): the
-    comparison every engine's choice of moduli makes, strict because ±∏m/2 are not decoded."""
-    return product > capacity
 
 
 def reference_moduli(k: int, min_product: int) -> tuple[int, ...]:

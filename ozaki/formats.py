@@ -529,19 +529,12 @@ def _plan_alone(d: Mapping[str, Any], source: str) -> Plan:
     )
 
 
-def _catalog_encodings() -> Mapping[str, Encoding]:
-    from ozaki import catalog  # catalog imports this module
-
-    return catalog.encodings()
-
-
-def plan_from_dict(
-    d: Mapping[str, Any], source: str = "<dict>", encodings: Mapping[str, Encoding] | None = None
-) -> Plan:
+def plan_from_dict(d: Mapping[str, Any], source: str, encodings: Mapping[str, Encoding]) -> Plan:
     """A verified :class:`Plan` from the JSON object ``d``, its named residue encodings
-    checked against ``encodings`` (name -> Encoding; ``None``: the installed catalog)."""
+    checked against ``encodings`` (name -> Encoding; :func:`ozaki.catalog.load_plan`
+    checks a plan file against the installed catalog); ``source`` names it in errors."""
     plan = _plan_alone(d, source)
-    _check_plan_encodings(plan, _catalog_encodings() if encodings is None else encodings, source)
+    _check_plan_encodings(plan, encodings, source)
     return plan
 
 
@@ -596,9 +589,8 @@ def load_encoding(path: str | os.PathLike) -> Encoding:
     return encoding_from_dict(_read_json(path), str(path))
 
 
-def load_plan(path: str | os.PathLike, encodings: Mapping[str, Encoding] | None = None) -> Plan:
-    """Reads and re-verifies one ``ozaki-plan/1`` file against ``encodings`` (name ->
-    Encoding; ``None`` resolves the names through the installed catalog)."""
+def load_plan(path: str | os.PathLike, encodings: Mapping[str, Encoding]) -> Plan:
+    """Reads and re-verifies one ``ozaki-plan/1`` file against ``encodings`` (name -> Encoding)."""
     return plan_from_dict(_read_json(path), str(path), encodings)
 
 

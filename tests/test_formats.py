@@ -511,7 +511,7 @@ def test_catalog_encoding_file_verifies(path):
 
 @pytest.mark.parametrize("path", _files("ozaki-plan/1"), ids=lambda p: p.name)
 def test_catalog_plan_file_verifies(path):
-    plan = load_plan(path)
+    plan = ozaki.load_plan(path)
     assert plan.name == path.stem
     assert plan.capacity > 2 * plan.k_max * (2**plan.input_bits - 1) ** 2
     assert plan_to_dict(plan) == json.loads(path.read_text())

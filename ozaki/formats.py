@@ -1,4 +1,4 @@
-"""The two catalog file formats, ``ozaki-encoding/1`` and ``ozaki-plan/1`` (NOTES.md §3).
+"""The two catalog file formats, ``ozaki-encoding/1`` and ``ozaki-plan/1``.
 
 Exactness of every engine rests on these files, so nothing read from one is trusted:
 constructing an :class:`Encoding` re-checks every limb sum, every stored plane value and
@@ -543,7 +543,7 @@ def _operand_to_dict(op: Operand) -> dict[str, Any]:
 
 
 def encoding_to_dict(enc: Encoding) -> dict[str, Any]:
-    """The JSON object for ``enc``, keys in the order of NOTES.md §3, extra fields last."""
+    """The JSON object for ``enc``, keys in the order of ``_ENCODING_KEYS``, extra fields last."""
     return {
         "format": ENCODING_FORMAT,
         "name": enc.name,
@@ -558,7 +558,7 @@ def encoding_to_dict(enc: Encoding) -> dict[str, Any]:
 
 
 def plan_to_dict(plan: Plan) -> dict[str, Any]:
-    """The JSON object for ``plan``, keys in the order of NOTES.md §3, extra fields last."""
+    """The JSON object for ``plan``, keys in the order of ``_PLAN_KEYS``, extra fields last."""
     return {
         "format": PLAN_FORMAT,
         "name": plan.name,
@@ -632,7 +632,7 @@ def dump_json(obj: Mapping[str, Any] | Encoding | Plan, path: str | os.PathLike)
     """Writes ``obj`` as JSON with one limb row, plane or modulus per line.
 
     Encodings and plans (objects, or dicts with their ``format``) are verified first and
-    written with the keys in the order of NOTES.md §3; other objects are written as given.
+    written with their format's keys first, in order; other objects are written as given.
     The text goes to a temporary file renamed over ``path``, so a reader (engines load the
     catalog while the search engine writes it) never sees half a file."""
     text = _render(_canonical(obj, str(path)), "") + "\n"

@@ -29,6 +29,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from kernels.digits import digit_set
+from kernels.float64 import FLOAT64_EXACT
 from ozaki.capacity import crt_capacity, has_capacity
 
 __all__ = [
@@ -59,7 +60,6 @@ _MODULUS_KEYS = ("modulus", "encoding")
 # Intermediate values stay below 2**62 in int64 so that one further sum or difference
 # of two of them (identity minus target) cannot overflow either.
 _INT64_SAFE = 2**62
-_FLOAT64_EXACT = 2**53
 
 
 # --------------------------------------------------------------------------- checks
@@ -129,7 +129,7 @@ def _exact_matmul(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """``x @ y`` without overflow or rounding, in the cheapest arithmetic a magnitude bound allows."""
     if x.dtype == np.int64 and y.dtype == np.int64:
         bound = _abs_max(x) * _abs_max(y) * x.shape[-1]
-        if bound <= _FLOAT64_EXACT:
+        if bound <= FLOAT64_EXACT:
             # Every partial sum is an integer within float64's exact range, and BLAS is far
             # faster than numpy's integer matmul.
             return (x.astype(np.float64) @ y.astype(np.float64)).astype(np.int64)

@@ -21,19 +21,16 @@ from typing import Sequence
 import sympy
 import torch
 
+from kernels.float64 import FLOAT64_EXACT, MAX_EXPONENT, SIGNIFICAND_BITS
+
 from ._bits import FLOOR_MOD_LIMIT, blocks, floor_mod, pow2
 from .capacity import crt_capacity, has_capacity
 from .scaling import Scaled
 
 __all__ = ["balanced", "crt_capacity", "has_capacity", "reference_moduli", "residues", "FLOAT64_EXACT"]
 
-# float64 sums are exact while every partial sum is an integer below 2^53.
-FLOAT64_EXACT = 2**53
 _MAX_HALF = 2**21 - 1
 _MAX_CHUNK = 2**16
-_MANTISSA_BITS = 53
-# y = mantissa·2^exponent is a finite float64 while it stays below 2^1023.
-_FLOAT_BITS = 1023
 _MAX_PIECES = 8
 
 
@@ -56,8 +53,9 @@ def _powers_of_two(m: int, count: int) -> list[int]:
 def _pieces_plan(max_exponent: int, halves: Sequence[int]) -> tuple[int, int] | None:
     """(count, width) of the pieces y_j ∈ (−2^width, 2^width) that split integers up to
     2^(53 + max_exponent) with Σ_j |y_j|·⌊m/2⌋ ≤ 2^50 for every modulus, or None."""
-    length = _MANTISSA_BITS + 1 + max_exponent
-    if length > _FLOAT_BITS:
+    length = SIGNIFICAND_BITS + 1 + max_exponent
+    # y = mantissa·2^exponent is a finite float64 while it stays below 2^1023.
+    if length > MAX_EXPONENT:
         return None
     for count in range(2, _MAX_PIECES + 1):  # one piece never fits: 2^54·⌊m/2⌋ > 2^50
         width = -(-length // count)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from kernels.digits import digit_set
+from kernels.float64 import SIGNIFICAND_BITS
 from ozaki.formats import dump_json, load_encoding, load_plan
 
 from search.compose import CrtFamily, compose, coprime_parts
@@ -49,7 +50,7 @@ __all__ = [
     "write_plans",
 ]
 
-PLAN_BITS = (53, 56, 60, 64, 72, 80, 96)
+PLAN_BITS = (SIGNIFICAND_BITS, 56, 60, 64, 72, 80, 96)
 PLAN_K = (4096, 16384, 65536)
 _RESIDUE_LIMBS = 2
 # Products the 3-limb residue rung may use: a modulus m costing P products helps an FP64
@@ -222,7 +223,7 @@ def find_product(a: str, b: str, digits: str, max_products: int, *, limbs_a=None
 
 def plan_name(digits: str, input_bits: int, k_max: int) -> str:
     """``fp64-<digits>-k16384`` for the FP64 case (53 bits, K = 16384), else ``b<bits>-<digits>-k<k>``."""
-    if input_bits == 53 and k_max == 16384:
+    if input_bits == SIGNIFICAND_BITS and k_max == 16384:
         return f"fp64-{digits}-k{k_max}"
     return f"b{input_bits}-{digits}-k{k_max}"
 

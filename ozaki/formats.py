@@ -87,6 +87,12 @@ def _require_ints(values: Sequence[Any], where: str, source: str, note: str = ""
         _require_int(v, f"{where}[{i}]{note}", source)
 
 
+def _require_modulus(value: Any, where: str, source: str, note: str = "") -> None:
+    _require_int(value, where, source)
+    if value < 2:
+        raise ValueError(f"{source}: {where} must be at least 2{note}, got {value}")
+
+
 def _require_str(value: Any, where: str, source: str) -> None:
     if not isinstance(value, str) or not value:
         raise ValueError(f"{source}: {where} must be a non-empty string, got {_describe(value)}")
@@ -326,9 +332,7 @@ def _verify_encoding(enc: Encoding, source: str) -> dict[str, np.ndarray]:
     _digits(enc.digits, source)
     modulus = enc.modulus
     if modulus is not None:
-        _require_int(modulus, "modulus", source)
-        if modulus < 2:
-            raise ValueError(f"{source}: modulus must be at least 2 (or null for an exact product), got {modulus}")
+        _require_modulus(modulus, "modulus", source, " (or null for an exact product)")
     operands = {"a": enc.a, "b": enc.b}
     for side, op in operands.items():
         if not isinstance(op, Operand):
@@ -388,9 +392,7 @@ def _verify_plan(plan: Plan, source: str) -> None:
     for i, entry in enumerate(plan.moduli):
         if not isinstance(entry, tuple) or len(entry) != 2:
             raise ValueError(f"{source}: moduli[{i}] must be a (modulus, encoding name) pair, got {entry!r}")
-        _require_int(entry[0], f"moduli[{i}].modulus", source)
-        if entry[0] < 2:
-            raise ValueError(f"{source}: moduli[{i}].modulus must be at least 2, got {entry[0]}")
+        _require_modulus(entry[0], f"moduli[{i}].modulus", source)
         _require_str(entry[1], f"moduli[{i}].encoding", source)
     values = [m for m, _ in plan.moduli]
     for i, m in enumerate(values):

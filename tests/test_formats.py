@@ -1,6 +1,6 @@
 """ozaki.formats: exhaustive verification of encodings and plans, and exact round trips.
 
-The fixtures are built here by brute force from the constructions in NOTES.md §2 (they are
+The fixtures are built here by brute force from identities stated beside each one (they are
 not catalog content), then written to files and tampered with one defect at a time.
 """
 

@@ -12,13 +12,13 @@ from importlib import import_module
 __all__ = ["Encoding", "Plan", "emulate", "explain", "load_encoding", "load_plan", "matmul"]
 __version__ = "0.1.0"
 
-# Loaded on first use: the file formats and digit sets (what the search engine needs) stay
-# free of torch's import time.
+# Loaded on first use, so that importing the file formats and the catalog (all the search
+# engine needs of the library) never imports torch.
 _HOMES = {
     "Encoding": "formats",
     "Plan": "formats",
     "load_encoding": "formats",
-    "load_plan": "formats",
+    "load_plan": "catalog",
     "emulate": "emulation",
     "explain": "frontend",
     "matmul": "frontend",

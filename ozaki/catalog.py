@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Mapping
 
 from kernels.digits import digit_set
+from ozaki import formats
 from ozaki.formats import (
     ENCODING_FORMAT,
     PLAN_FORMAT,
@@ -34,6 +35,7 @@ __all__ = [
     "catalog_dir",
     "encoding",
     "encodings",
+    "load_plan",
     "plan",
     "plans",
     "plans_for",
@@ -109,6 +111,12 @@ def encodings() -> dict[str, Encoding]:
 def plans() -> dict[str, Plan]:
     """Every plan in the catalog, by name (loaded and verified on first use)."""
     return dict(_load(catalog_dir())[1])
+
+
+def load_plan(path: str | os.PathLike, encodings: Mapping[str, Encoding] | None = None) -> Plan:
+    """Reads and re-verifies one ``ozaki-plan/1`` file (a plan outside the catalog, or one
+    of its files) against ``encodings`` (name -> Encoding; ``None``: the installed catalog's)."""
+    return formats.load_plan(path, encodings if encodings is not None else _load(catalog_dir())[0])
 
 
 def reload() -> None:

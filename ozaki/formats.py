@@ -1,4 +1,4 @@
-"""The two catalog file formats, ``ozaki-encoding/1`` and ``ozaki-plan/1`` (NOTES.md §3).
+"""The two catalog file formats, ``ozaki-encoding/1`` and ``ozaki-plan/1``.
 
 Exactness of every engine rests on these files, so nothing read from one is trusted:
 constructing an :class:`Encoding` re-checks every limb sum, every stored plane value and
@@ -29,7 +29,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from kernels.digits import digit_set
-from ozaki.residues import crt_capacity, has_capacity
+from kernels.float64 import FLOAT64_EXACT
+from ozaki.capacity import crt_capacity, has_capacity
 
 __all__ = [
     "ENCODING_FORMAT",
@@ -59,7 +60,6 @@ _MODULUS_KEYS = ("modulus", "encoding")
 # Intermediate values stay below 2**62 in int64 so that one further sum or difference
 # of two of them (identity minus target) cannot overflow either.
 _INT64_SAFE = 2**62
-_FLOAT64_EXACT = 2**53
 
 
 # --------------------------------------------------------------------------- checks
@@ -85,6 +85,12 @@ def _require_ints(values: Sequence[Any], where: str, source: str, note: str = ""
         return
     for i, v in enumerate(values):
         _require_int(v, f"{where}[{i}]{note}", source)
+
+
+def _require_modulus(value: Any, where: str, source: str, note: str = "") -> None:
+    _require_int(value, where, source)
+    if value < 2:
+        raise ValueError(f"{source}: {where} must be at least 2{note}, got {value}")
 
 
 def _require_str(value: Any, where: str, source: str) -> None:
@@ -129,7 +135,7 @@ def _exact_matmul(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """``x @ y`` without overflow or rounding, in the cheapest arithmetic a magnitude bound allows."""
     if x.dtype == np.int64 and y.dtype == np.int64:
         bound = _abs_max(x) * _abs_max(y) * x.shape[-1]
-        if bound <= _FLOAT64_EXACT:
+        if bound <= FLOAT64_EXACT:
             # Every partial sum is an integer within float64's exact range, and BLAS is far
             # faster than numpy's integer matmul.
             return (x.astype(np.float64) @ y.astype(np.float64)).astype(np.int64)
@@ -326,9 +332,7 @@ def _verify_encoding(enc: Encoding, source: str) -> dict[str, np.ndarray]:
     _digits(enc.digits, source)
     modulus = enc.modulus
     if modulus is not None:
-        _require_int(modulus, "modulus", source)
-        if modulus < 2:
-            raise ValueError(f"{source}: modulus must be at least 2 (or null for an exact product), got {modulus}")
+        _require_modulus(modulus, "modulus", source, " (or null for an exact product)")
     operands = {"a": enc.a, "b": enc.b}
     for side, op in operands.items():
         if not isinstance(op, Operand):
@@ -388,9 +392,7 @@ def _verify_plan(plan: Plan, source: str) -> None:
     for i, entry in enumerate(plan.moduli):
         if not isinstance(entry, tuple) or len(entry) != 2:
             raise ValueError(f"{source}: moduli[{i}] must be a (modulus, encoding name) pair, got {entry!r}")
-        _require_int(entry[0], f"moduli[{i}].modulus", source)
-        if entry[0] < 2:
-            raise ValueError(f"{source}: moduli[{i}].modulus must be at least 2, got {entry[0]}")
+        _require_modulus(entry[0], f"moduli[{i}].modulus", source)
         _require_str(entry[1], f"moduli[{i}].encoding", source)
     values = [m for m, _ in plan.moduli]
     for i, m in enumerate(values):
@@ -529,19 +531,12 @@ def _plan_alone(d: Mapping[str, Any], source: str) -> Plan:
     )
 
 
-def _catalog_encodings() -> Mapping[str, Encoding]:
-    from ozaki import catalog  # catalog imports this module
-
-    return catalog.encodings()
-
-
-def plan_from_dict(
-    d: Mapping[str, Any], source: str = "<dict>", encodings: Mapping[str, Encoding] | None = None
-) -> Plan:
+def plan_from_dict(d: Mapping[str, Any], source: str, encodings: Mapping[str, Encoding]) -> Plan:
     """A verified :class:`Plan` from the JSON object ``d``, its named residue encodings
-    checked against ``encodings`` (name -> Encoding; ``None``: the installed catalog)."""
+    checked against ``encodings`` (name -> Encoding; :func:`ozaki.catalog.load_plan`
+    checks a plan file against the installed catalog); ``source`` names it in errors."""
     plan = _plan_alone(d, source)
-    _check_plan_encodings(plan, _catalog_encodings() if encodings is None else encodings, source)
+    _check_plan_encodings(plan, encodings, source)
     return plan
 
 
@@ -550,7 +545,7 @@ def _operand_to_dict(op: Operand) -> dict[str, Any]:
 
 
 def encoding_to_dict(enc: Encoding) -> dict[str, Any]:
-    """The JSON object for ``enc``, keys in the order of NOTES.md §3, extra fields last."""
+    """The JSON object for ``enc``, keys in the order of ``_ENCODING_KEYS``, extra fields last."""
     return {
         "format": ENCODING_FORMAT,
         "name": enc.name,
@@ -565,7 +560,7 @@ def encoding_to_dict(enc: Encoding) -> dict[str, Any]:
 
 
 def plan_to_dict(plan: Plan) -> dict[str, Any]:
-    """The JSON object for ``plan``, keys in the order of NOTES.md §3, extra fields last."""
+    """The JSON object for ``plan``, keys in the order of ``_PLAN_KEYS``, extra fields last."""
     return {
         "format": PLAN_FORMAT,
         "name": plan.name,
@@ -596,9 +591,8 @@ def load_encoding(path: str | os.PathLike) -> Encoding:
     return encoding_from_dict(_read_json(path), str(path))
 
 
-def load_plan(path: str | os.PathLike, encodings: Mapping[str, Encoding] | None = None) -> Plan:
-    """Reads and re-verifies one ``ozaki-plan/1`` file against ``encodings`` (name ->
-    Encoding; ``None`` resolves the names through the installed catalog)."""
+def load_plan(path: str | os.PathLike, encodings: Mapping[str, Encoding]) -> Plan:
+    """Reads and re-verifies one ``ozaki-plan/1`` file against ``encodings`` (name -> Encoding)."""
     return plan_from_dict(_read_json(path), str(path), encodings)
 
 
@@ -640,7 +634,7 @@ def dump_json(obj: Mapping[str, Any] | Encoding | Plan, path: str | os.PathLike)
     """Writes ``obj`` as JSON with one limb row, plane or modulus per line.
 
     Encodings and plans (objects, or dicts with their ``format``) are verified first and
-    written with the keys in the order of NOTES.md §3; other objects are written as given.
+    written with their format's keys first, in order; other objects are written as given.
     The text goes to a temporary file renamed over ``path``, so a reader (engines load the
     catalog while the search engine writes it) never sees half a file."""
     text = _render(_canonical(obj, str(path)), "") + "\n"

@@ -7,9 +7,9 @@ float64 pieces whose weighted sum mod m is exact (see :func:`residues`), or, for
 too wide for that, reduced as ``(mantissa mod m)·(2^exponent mod m) mod m`` in int64.  No
 big integer is ever formed.
 
-Also here: the capacity the moduli of every engine must reach (:func:`crt_capacity`,
-:func:`has_capacity`), and the moduli of the reference engine, the largest primes that keep a
-float64 BLAS product of residues exact.
+Also here: the moduli of the reference engine, the largest primes that keep a float64 BLAS
+product of residues exact.  ``crt_capacity`` and ``has_capacity`` live in the torch-free
+:mod:`ozaki.capacity` and stay importable from here.
 """
 
 from __future__ import annotations
@@ -21,18 +21,16 @@ from typing import Sequence
 import sympy
 import torch
 
+from kernels.float64 import FLOAT64_EXACT, MAX_EXPONENT, SIGNIFICAND_BITS
+
 from ._bits import FLOOR_MOD_LIMIT, blocks, floor_mod, pow2
+from .capacity import crt_capacity, has_capacity
 from .scaling import Scaled
 
 __all__ = ["balanced", "crt_capacity", "has_capacity", "reference_moduli", "residues", "FLOAT64_EXACT"]
 
-# float64 sums are exact while every partial sum is an integer below 2^53.
-FLOAT64_EXACT = 2**53
 _MAX_HALF = 2**21 - 1
 _MAX_CHUNK = 2**16
-_MANTISSA_BITS = 53
-# y = mantissa·2^exponent is a finite float64 while it stays below 2^1023.
-_FLOAT_BITS = 1023
 _MAX_PIECES = 8
 
 
@@ -55,8 +53,9 @@ def _powers_of_two(m: int, count: int) -> list[int]:
 def _pieces_plan(max_exponent: int, halves: Sequence[int]) -> tuple[int, int] | None:
     """(count, width) of the pieces y_j ∈ (−2^width, 2^width) that split integers up to
     2^(53 + max_exponent) with Σ_j |y_j|·⌊m/2⌋ ≤ 2^50 for every modulus, or None."""
-    length = _MANTISSA_BITS + 1 + max_exponent
-    if length > _FLOAT_BITS:
+    length = SIGNIFICAND_BITS + 1 + max_exponent
+    # y = mantissa·2^exponent is a finite float64 while it stays below 2^1023.
+    if length > MAX_EXPONENT:
         return None
     for count in range(2, _MAX_PIECES + 1):  # one piece never fits: 2^54·⌊m/2⌋ > 2^50
         width = -(-length // count)
@@ -114,24 +113,6 @@ def _residues_int64(mantissa: torch.Tensor, exponent: torch.Tensor, m: int, max_
         table = torch.tensor(_powers_of_two(m, max_exponent + 1), dtype=torch.int64, device=r.device)
         r = torch.remainder(r, m) * table[exponent]
     return balanced(r, m)
-
-
-def crt_capacity(k: int, p: int, q: int) -> int:
-    """2·K·(2^p − 1)(2^q − 1), the number the product of the moduli must exceed for a
-    product of K terms of p- and q-bit integers: every entry of A'·B' is an integer with
-    |Y| ≤ K·(2^p − 1)(2^q − 1) (|a'| ≤ 2^p − 1, |b'| ≤ 2^q − 1: see ozaki.scaling), which
-    ∏m > 2·|Y| puts strictly inside (−∏m/2, ∏m/2), where the CRT decodes exactly
-    (ozaki.crt).  It is the ``ozaki-plan/1`` capacity with k_max = K, input_bits = p = q."""
-    for name, value in (("K", k), ("p", p), ("q", q)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"{name} must be a non-negative int, got {value!r}")
-    return 2 * k * ((1 << p) - 1) * ((1 << q) - 1)
-
-
-def has_capacity(product: int, capacity: int) -> bool:
-    """Whether moduli with this product serve ``capacity`` (from :func:`crt_capacity`): the
-    comparison every engine's choice of moduli makes, strict because ±∏m/2 are not decoded."""
-    return product > capacity
 
 
 def reference_moduli(k: int, min_product: int) -> tuple[int, ...]:

@@ -20,7 +20,7 @@ from pathlib import Path
 from kernels.digits import DIGIT_SETS
 from ozaki.formats import dump_json
 
-from search import catalog
+from search import catalog_writer
 from search.plan import choose_moduli
 from search.results import encoding_dict, plan_dict, search_record
 
@@ -51,10 +51,10 @@ def _write(d: dict, out: str | None) -> None:
 
 
 def _cmd_residue(args) -> int:
-    result, ladder = catalog.find_residue(args.modulus, args.digits, weight_bound=args.weight_bound, seed=args.seed,
-                                          workers=args.workers, time_limit=args.time_limit,
-                                          max_products=args.max_products,
-                                          progress=_progress(args.quiet))
+    result, ladder = catalog_writer.find_residue(
+        args.modulus, args.digits, weight_bound=args.weight_bound, seed=args.seed, workers=args.workers,
+        time_limit=args.time_limit, max_products=args.max_products, progress=_progress(args.quiet),
+    )
     name = f"res{args.modulus}-{args.digits}"
     print(_summary(result, name))
     if result.candidate is None:
@@ -71,7 +71,7 @@ def _cmd_residue(args) -> int:
 
 
 def _cmd_product(args) -> int:
-    result, ladder = catalog.find_product(
+    result, ladder = catalog_writer.find_product(
         args.a, args.b, args.digits, args.max_products, limbs_a=args.limbs_a, limbs_b=args.limbs_b,
         coefficient_bound_a=args.coefficient_bound_a, coefficient_bound_b=args.coefficient_bound_b,
         weight_bound_a=args.weight_bound_a, weight_bound_b=args.weight_bound_b, join=args.join, seed=args.seed,
@@ -93,14 +93,14 @@ def _cmd_product(args) -> int:
 
 def _cmd_plan(args) -> int:
     root = Path(args.catalog)
-    encodings = catalog.cheapest_residues(root / "residue", args.digits, args.min_k_window)
+    encodings = catalog_writer.cheapest_residues(root / "residue", args.digits, args.min_k_window)
     if not encodings:
         raise ValueError(f"no {args.digits} residue encodings with k_window >= {args.min_k_window} under "
                          f"{root / 'residue'}: run 'ozaki-search catalog' first or lower --min-k-window")
     costs = {m: enc.products for m, enc in encodings.items()}
     chosen = choose_moduli(costs, args.input_bits, args.k_max, seed=args.seed, workers=args.workers,
                            time_limit=args.time_limit)
-    name = catalog.plan_name(args.digits, args.input_bits, args.k_max)
+    name = catalog_writer.plan_name(args.digits, args.input_bits, args.k_max)
     if not chosen.moduli:
         raise ValueError(f"{name}: the {len(costs)} residue encodings (k_window >= {args.min_k_window}) cannot reach "
                          f"the capacity 2*K*(2^b-1)^2 with pairwise coprime moduli; lower --input-bits, --k-max "
@@ -127,7 +127,7 @@ def _cmd_fastest(args) -> int:
             raise ValueError(f"--time-per-product: time for {digits} must be positive")
     rows = []
     for digits, per in sorted(times.items()):
-        encodings = catalog.cheapest_residues(root / "residue", digits)
+        encodings = catalog_writer.cheapest_residues(root / "residue", digits)
         if not encodings:
             continue
         chosen = choose_moduli({m: e.products for m, e in encodings.items()}, args.input_bits, args.k_max)
@@ -137,20 +137,21 @@ def _cmd_fastest(args) -> int:
         raise ValueError("no digit set has residue encodings that reach the capacity")
     for modeled, digits, chosen in sorted(rows, key=lambda r: r[:2]):
         print(f"{digits}: {chosen.cost} products x {times[digits]} = {modeled:g} (moduli {chosen.moduli})")
-    print(f"fastest: {catalog.plan_name(min(rows, key=lambda r: r[:2])[1], args.input_bits, args.k_max)}")
+    print(f"fastest: {catalog_writer.plan_name(min(rows, key=lambda r: r[:2])[1], args.input_bits, args.k_max)}")
     return 0
 
 
 def _cmd_verify(args) -> int:
-    for line in catalog.verify(args.files):
+    for line in catalog_writer.verify(args.files):
         print(line)
     return 0
 
 
 def _cmd_catalog(args) -> int:
-    catalog.regenerate(args.out, digits=tuple(args.digits), moduli=range(args.min_modulus, args.max_modulus + 1),
-                       jobs=args.jobs, products=args.products, product_time_limit=args.product_time_limit,
-                       report=_progress(False))
+    catalog_writer.regenerate(args.out, digits=tuple(args.digits),
+                              moduli=range(args.min_modulus, args.max_modulus + 1), jobs=args.jobs,
+                              products=args.products, product_time_limit=args.product_time_limit,
+                              report=_progress(False))
     return 0
 
 
@@ -170,8 +171,8 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--modulus", type=int, required=True)
     q.add_argument("--digits", choices=digits, required=True)
     q.add_argument("--weight-bound", type=int, help="largest weight searched (default 24 for fp8, else m // 2)")
-    q.add_argument("--max-products", type=int, default=catalog.RESIDUE_MAX_PRODUCTS,
-                   help=f"most products the 3-limb rung searches (default {catalog.RESIDUE_MAX_PRODUCTS})")
+    q.add_argument("--max-products", type=int, default=catalog_writer.RESIDUE_MAX_PRODUCTS,
+                   help=f"most products the 3-limb rung searches (default {catalog_writer.RESIDUE_MAX_PRODUCTS})")
     common(q, 120)
     q.set_defaults(run=_cmd_residue)
 
@@ -183,7 +184,7 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--limbs-a", type=int)
     q.add_argument("--limbs-b", type=int)
     q.add_argument("--coefficient-bound-a", type=int,
-                   help="plane row entries in [-c, c] (default: the ladder of search.catalog.product_ladder for "
+                   help="plane row entries in [-c, c] (default: the ladder of search.catalog_writer.product_ladder for "
                         "--join pairs, 1 otherwise)")
     q.add_argument("--coefficient-bound-b", type=int)
     q.add_argument("--weight-bound-a", type=int)

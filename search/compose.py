@@ -13,7 +13,7 @@ e_j·e_k ≡ 0 (j ≠ k), e_j² ≡ e_j, and e_j times anything ≡ 0 mod m_j is
 values are the parts' own, so they stay in the digit set; products add up: P = Σ_j P_j.
 
 This is a construction, not a proof of fewest products: the catalog records it as
-"feasible" with the parts' own search records (search.catalog.find_residue tries it when
+"feasible" with the parts' own search records (search.catalog_writer.find_residue tries it when
 the direct search finds nothing).
 """
 

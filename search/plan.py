@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from ozaki.residues import crt_capacity
+from ozaki.capacity import crt_capacity
 
 __all__ = ["PlanResult", "capacity_needed", "choose_moduli"]
 
@@ -27,7 +27,7 @@ _SCALE_BITS = 14
 
 
 def capacity_needed(input_bits: int, k_max: int) -> int:
-    """N = 2 K (2^b - 1)^2 (ozaki.residues.crt_capacity): the moduli's product must exceed
+    """N = 2 K (2^b - 1)^2 (ozaki.capacity.crt_capacity): the moduli's product must exceed
     it for exact recovery."""
     for name, value in (("input_bits", input_bits), ("k_max", k_max)):
         if type(value) is not int or value < 1:

@@ -42,7 +42,7 @@ def _certificate(result: Result) -> dict:
     if result.notes:
         out["beyond_the_family"] = list(result.notes)
     if result.spec.modulus is not None and type(result.family) is Family:
-        # search.engine's residue families fix u_0 = 1; search.products reduces by units
+        # search.engine's residue families fix u_0 = 1; search.product_encodings reduces by units
         # without that assumption.
         out["assumes"] = "some A weight is a unit mod m (no restriction when m is a prime power)"
     return out

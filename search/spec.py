@@ -122,7 +122,7 @@ class Family:
 
 @dataclass(frozen=True)
 class ProductFamily(Family):
-    """The space search.products searches for exact products, in plane coordinates: each
+    """The space search.product_encodings searches for exact products, in plane coordinates: each
     side's limbs are the values of n identity planes (digits), its other plane rows have
     entries in [-coefficient_bound, coefficient_bound], its weights lie in
     [-weight_bound, weight_bound]; reconstruction coefficients in [-lambda_bound,

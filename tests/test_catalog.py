@@ -101,6 +101,15 @@ def test_loads_every_file_by_format(folder):
         assert plans[doc["name"]] == plan_from_dict(doc, "p", encs)
 
 
+def test_load_plan_checks_a_file_against_the_installed_catalog(folder, tmp_path_factory):
+    doc = _docs()["plan"][1]
+    path = tmp_path_factory.mktemp("outside") / "p.json"
+    dump_json(doc, path)
+    assert catalog.load_plan(path) == ozaki.load_plan(path) == catalog.plan(doc["name"])
+    with pytest.raises(ValueError, match=r"names encoding 'res7-fp4-1', which does not exist"):
+        catalog.load_plan(path, {})
+
+
 def test_lookups_and_close_names(folder):
     assert catalog.encoding("res9-fp4-1").modulus == 9
     assert catalog.plan("b4-fp4-k1").products == 3

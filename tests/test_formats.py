@@ -1,6 +1,6 @@
 """ozaki.formats: exhaustive verification of encodings and plans, and exact round trips.
 
-The fixtures are built here by brute force from the constructions in NOTES.md §2 (they are
+The fixtures are built here by brute force from identities stated beside each one (they are
 not catalog content), then written to files and tampered with one defect at a time.
 """
 
@@ -511,7 +511,7 @@ def test_catalog_encoding_file_verifies(path):
 
 @pytest.mark.parametrize("path", _files("ozaki-plan/1"), ids=lambda p: p.name)
 def test_catalog_plan_file_verifies(path):
-    plan = load_plan(path)
+    plan = ozaki.load_plan(path)
     assert plan.name == path.stem
     assert plan.capacity > 2 * plan.k_max * (2**plan.input_bits - 1) ** 2
     assert plan_to_dict(plan) == json.loads(path.read_text())

@@ -16,14 +16,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ozaki.formats import load_encoding
-import search.catalog as catalog_module
-from search.catalog import find_product, find_residue, product_ladder, residue_dict, write_plans
+import search.catalog_writer as catalog_writer
+from search.catalog_writer import find_product, find_residue, product_ladder, residue_dict, write_plans
 from search.compose import compose, coprime_parts, idempotents
 from search.engine import Result, search
 from search.identity import identity_text
 from search.lattice import echelon, members
 from search.plan import capacity_needed, choose_moduli
-from search.products import (
+from search.product_encodings import (
     _annihilator,
     extra_rows,
     lower_bound,
@@ -182,14 +182,14 @@ def test_compose_refuses_parts_that_are_not_coprime_factors():
 def test_find_residue_composes_where_the_direct_search_finds_nothing(monkeypatch):
     # The direct search mod 35 is cut short (as the 3-limb rung times out for 206, 212, ...):
     # the ladder ends in the composition of 5 and 7, recorded as a construction.
-    real = catalog_module.search
+    real = catalog_writer.search
 
     def cut_short(spec, family, **kwargs):
         if spec.modulus == 35:
             return Result(spec, family, "unknown", None, 1, 0.0, 0, 1, 0.0)
         return real(spec, family, **kwargs)
 
-    monkeypatch.setattr(catalog_module, "search", cut_short)
+    monkeypatch.setattr(catalog_writer, "search", cut_short)
     result, ladder = find_residue(35, "fp4", workers=1, time_limit=30)
     assert [rung["join"] for rung in ladder] == ["enumerate", "crt"]
     assert ladder[-1]["status"] == "feasible" and [p["modulus"] for p in ladder[-1]["parts"]] == [5, 7]

@@ -314,7 +314,7 @@ def _residue_side_sets(spec: Spec, side: str, limbs: int, coefficient_bound: int
         free = limb_vectors(identity, digits)
         reps = _unique_canonical(grid[_covering(spec, side, free, grid)], m)
         base = _unique_canonical(np.concatenate([_act_weights(g, reps) for g in group]), m) if len(reps) else reps
-        # Kept for the process: the residue ladder (search.catalog.find_residue) asks for the
+        # Kept for the process: the residue ladder (search.catalog_writer.find_residue) asks for the
         # same side again with a larger product cap.  One entry per (modulus, side range).
         _IDENTITY_COVER.clear()
         _IDENTITY_COVER[key] = base

@@ -2,14 +2,13 @@
 
 Residue encodings: for each digit set and modulus, the engine searches 1 limb, then 2
 limbs per side (plane rows with entries in [-1, 1]), fewest products first; where both
-are refuted, 3 limbs per side in plane coordinates (search.products with a modulus); where
-nothing is found for a composite modulus, the CRT composition of its parts' encodings
-(search.compose).  Plans: for
-each digit set, input width and K, the moduli model (search.plan) over the residue
-encodings just written.  Product encodings (only when asked: slow, see
-benchmarks/search.md): the specs INT8 x INT4 and INT8 x INT8 over fp4, searched by
-search.products.  Nothing here
-names an answer; it names only what is asked.
+are refuted, 3 limbs per side in plane coordinates (search.product_encodings with a
+modulus); where nothing is found for a composite modulus, the CRT composition of its
+parts' encodings (search.compose).  Plans: for each digit set, input width and K, the
+moduli model (search.plan) over the residue encodings just written.  Product encodings
+(only when asked: slow, see benchmarks/search.md): the specs INT8 x INT4 and INT8 x INT8
+over fp4, searched by search.product_encodings.  Nothing here names an answer; it names
+only what is asked.
 """
 
 from __future__ import annotations
@@ -23,13 +22,14 @@ from pathlib import Path
 from typing import Callable
 
 from kernels.digits import digit_set
+from kernels.float64 import SIGNIFICAND_BITS
 from ozaki.formats import dump_json, load_encoding, load_plan
 
 from search.compose import CrtFamily, compose, coprime_parts
 from search.engine import Result, search
 from search.identity import identity_text
 from search.plan import choose_moduli
-from search.products import extra_rows, residue_lower_bound, search_product
+from search.product_encodings import extra_rows, residue_lower_bound, search_product
 from search.results import encoding_dict, plan_dict, search_record
 from search.spec import ProductFamily, Spec, default_family, minimal_limbs, product_family
 
@@ -50,7 +50,7 @@ __all__ = [
     "write_plans",
 ]
 
-PLAN_BITS = (53, 56, 60, 64, 72, 80, 96)
+PLAN_BITS = (SIGNIFICAND_BITS, 56, 60, 64, 72, 80, 96)
 PLAN_K = (4096, 16384, 65536)
 _RESIDUE_LIMBS = 2
 # Products the 3-limb residue rung may use: a modulus m costing P products helps an FP64
@@ -81,7 +81,7 @@ def find_residue(modulus: int, digits: str, *, weight_bound: int | None = None, 
                  progress: Callable[[str], None] | None = None) -> tuple[Result, list]:
     """(result, ladder): the residue encoding mod ``modulus`` with the fewest products
     found with 1, then 2 limbs per side (search.engine, limb coordinates), then 3 limbs
-    per side in plane coordinates (search.products with a modulus: identity rows plus
+    per side in plane coordinates (search.product_encodings with a modulus: identity rows plus
     extra rows in [-1, 1], weights all residues up to units, at most ``max_products``);
     ``ladder`` records each family's outcome and join.  Where all of that finds nothing and
     m is composite, the CRT composition of encodings mod its prime-power parts (search.compose,
@@ -113,7 +113,7 @@ def find_residue(modulus: int, digits: str, *, weight_bound: int | None = None, 
     # Caps rise one product at a time: a cap of P enumerates row sets of at most P rows,
     # so a modulus that needs 3 or 4 products never pays for the 6-row side sets.  Each
     # rung re-proves the sizes below it (cheap); the identity-row coverage pass is shared
-    # (search.products caches it).
+    # (search.product_encodings caches it).
     half = max(1, modulus // 2)
     deadline = time.monotonic() + time_limit
     for cap in range(3, max_products + 1):
@@ -185,7 +185,7 @@ def find_product(a: str, b: str, digits: str, max_products: int, *, limbs_a=None
     """(result, ladder): the exact encoding of a x b (input type names or 'lo:hi' ranges)
     with the fewest products.
 
-    ``join`` = "pairs" (search.products, plane coordinates): without coefficient bounds,
+    ``join`` = "pairs" (search.product_encodings, plane coordinates): without coefficient bounds,
     the families of :func:`product_ladder` are searched in turn until one holds an
     encoding; ``ladder`` records each family's outcome (a refuted family is a proof).
     "model" / "enumerate" run search.engine on one limb-coordinate family (coefficient
@@ -223,7 +223,7 @@ def find_product(a: str, b: str, digits: str, max_products: int, *, limbs_a=None
 
 def plan_name(digits: str, input_bits: int, k_max: int) -> str:
     """``fp64-<digits>-k16384`` for the FP64 case (53 bits, K = 16384), else ``b<bits>-<digits>-k<k>``."""
-    if input_bits == 53 and k_max == 16384:
+    if input_bits == SIGNIFICAND_BITS and k_max == 16384:
         return f"fp64-{digits}-k{k_max}"
     return f"b{input_bits}-{digits}-k{k_max}"
 

@@ -7,8 +7,8 @@ numpy's ``a @ b``, of ``ozaki.matmul(a, b)`` (accuracy "fp64", engine "reference
 the stages called one by one as :func:`ozaki.pipeline.run` calls them (scaling
 with its bits, residues of both operands, the residue GEMMs, Garner's digits, the rounding).
 numpy's BLAS keeps its own thread count (its default); the ratio is ozaki over numpy.
-Entries are (rand − 0.5)·exp(phi·randn) as in NOTES §6.  The machine may be shared: compare
-repeated runs, and read the stage columns, not one ratio.
+Entries are (rand − 0.5)·exp(phi·randn), the usual test matrices of Ozaki-scheme papers.  The
+machine may be shared: compare repeated runs, and read the stage columns, not one ratio.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The GPU benchmark of record for issue 6: ``python -m ozaki bench`` on one GPU in about five minutes.
+"""The GPU benchmark of record: ``python -m ozaki bench`` on one GPU in about five minutes.
 
 Run from the repository root on the GPU machine (nothing needs installing there):
 

@@ -21,7 +21,8 @@ from .crt import garner, round_to_float64, signed_residues
 from .formats import Encoding
 from .planning import Accuracy, Moduli, ProductPlan, plan_product
 from .products import direct_products, plane_products
-from .residues import crt_capacity, reference_moduli, residues
+from .capacity import crt_capacity
+from .residues import reference_moduli, residues
 from .scaling import Extents, scale_rows, shifts_of
 from .timing import stage
 

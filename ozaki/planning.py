@@ -16,10 +16,12 @@ from typing import Union
 import torch
 
 from kernels import scaling as scaling_kernels
+from kernels.float64 import SIGNIFICAND_BITS
 
 from . import bands, catalog, cost
 from .formats import Encoding
-from .residues import crt_capacity, has_capacity, reference_moduli
+from .capacity import crt_capacity, has_capacity
+from .residues import reference_moduli
 from .scaling import Extents, exact_bits_of, fixed_bits_of, row_extents
 
 __all__ = ["ENGINES", "Moduli", "ProductPlan", "moduli_for", "native_verdict", "plan_product", "row_bits"]
@@ -30,11 +32,10 @@ Accuracy = Union[str, int]
 PLAN_ENGINES = ("int8", "fp8", "fp4")
 ENGINES = ("auto", "reference", *PLAN_ENGINES)
 
-# The width of one float64 significand.  Under accuracy="fp64" a row keeps its lossless width:
-# at least 53 bits wherever it holds a float64 that uses its whole significand, as general
-# float64 data does.  The plan for 53-bit rows is thus the cheapest such data can get, and
-# when even it is predicted slower than DGEMM the data need not be read to know.
-_SIGNIFICAND_BITS = 53
+# Under accuracy="fp64" a row keeps its lossless width: at least SIGNIFICAND_BITS (53) wherever
+# it holds a float64 that uses its whole significand, as general float64 data does.  The plan for
+# 53-bit rows is thus the cheapest such data can get, and when even it is predicted slower than
+# DGEMM the data need not be read to know.
 
 # The elementwise error bound each accuracy documents (README, ozaki.matmul), u = 2^-53.
 _CORRECTLY_ROUNDED = "correctly rounded: |C^ - C| <= u|C| + 2^-1075 (u = 2^-53)"
@@ -168,7 +169,7 @@ def native_verdict(m: int, k: int, n: int, accuracy: Accuracy, engine: str, devi
     if profile is None:
         return None
     if moduli is None:
-        moduli = moduli_for("auto", k, crt_capacity(k, _SIGNIFICAND_BITS, _SIGNIFICAND_BITS), device)
+        moduli = moduli_for("auto", k, crt_capacity(k, SIGNIFICAND_BITS, SIGNIFICAND_BITS), device)
     return cost.verdict(profile, m, k, n, digits=moduli.engine, planes=moduli.planes, moduli=len(moduli.moduli))
 
 
@@ -205,7 +206,7 @@ def plan_product(a: torch.Tensor, b: torch.Tensor, accuracy: Accuracy = "fp64", 
     # Native from the shape alone: the cheapest plan general float64 data can get is slower.
     verdict = native_verdict(m, k, n, accuracy, engine, device)
     if verdict is not None and verdict.native:
-        return _logged(ProductPlan(**basis, path="native", reason=f"plan for rows of {_SIGNIFICAND_BITS} bits",
+        return _logged(ProductPlan(**basis, path="native", reason=f"plan for rows of {SIGNIFICAND_BITS} bits",
                                    error_bound=_NATIVE_BOUND, predicted=verdict))
     if batch == 0 or min(m, k, n) == 0:
         return ProductPlan(**basis, path="emulated", reason="empty product: zeros", error_bound=_CORRECTLY_ROUNDED)

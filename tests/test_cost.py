@@ -97,7 +97,7 @@ def test_workspace_prediction():
         23 * 200 * 300 + 128 * (23 * 200 + 4 * 20 * 300)
     n = 16384
     unblocked = cost.workspace_bytes(n, n, n, digits="int8", planes=23, moduli=23, block_rows=n) / (8 * 3 * n * n)
-    assert unblocked == pytest.approx((2 * 23 + 4 * 23) / 24)  # 5.75: over issue 6's budget of 2
+    assert unblocked == pytest.approx((2 * 23 + 4 * 23) / 24)  # 5.75: over the budget of 2 (cost.WORKSPACE_BUDGET)
 
 
 @pytest.mark.parametrize("shape", list(cost.H200_RECORD) + [(1024, 1024, 1024), (100, 200, 300), (1, 5000, 5000),

@@ -115,7 +115,7 @@ def test_exact_bits_are_lossless():
                        torch.ldexp(x, s.shift[:, None].expand_as(x)))
 
 
-# The stages' float64 arithmetic and blocking (issue 2 item 8) -----------------------------
+# The stages' float64 arithmetic and blocking ------------------------------------------------
 
 
 

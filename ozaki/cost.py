@@ -76,7 +76,7 @@ PLANE_BYTES = {"int8": 1.0, "fp8": 1.0, "fp4": 0.5, "int4": 0.5, "reference": 8.
 # benchmarks/RESULTS.md, "2026-11-29 18:36 UTC, one H200 (issue 6)": ozaki.matmul with the int8
 # engine, 23 moduli (23 plane GEMMs), accuracy fp64; seconds of (encode, products, decode)
 # per (M, K, N).  DGEMM's best rate in that run was 58.6 TFLOP/s (8192³; 56.0 at 16384³).
-# The encode figures are those of the int64-bound encode kernel that kernels/encode.py has
+# The encode figures are those of the int64-bound encode kernel that kernels/residues.py has
 # since replaced: recalibrate from the next H200 run (``python -m ozaki bench`` prints the
 # prediction next to each measured stage).
 H200_RECORD = {
@@ -175,7 +175,7 @@ def verdict(profile: Profile, m: int, k: int, n: int, *, digits: str, planes: in
 # Issue 6: the emulation's workspace at most twice the bytes of its float64 A, B and C.
 WORKSPACE_BUDGET = 2
 # Block heights are multiples of the plane GEMM's tile height (128 or 256 rows in
-# kernels.modular.CONFIGS): only the last block of a product ends in a partial tile.
+# kernels.products.CONFIGS): only the last block of a product ends in a partial tile.
 ROW_GRANULE = 128
 # Where no block height meets the budget (B's planes alone past it), the blocks this many:
 # each block costs launches, syncs and a check of all of B's planes, and on the H200 fp8

@@ -45,7 +45,7 @@ _LIMB_MASK = (1 << LIMB_BITS) - 1
 # stays below 2^53.
 _FLOAT64_EXACT = 2**53
 _GARNER_MAX_MODULUS = 2**24
-# Both decoders (this one and kernels.decode) refuse the class of M/2 for even M alike.
+# Both decoders (this one and kernels.crt) refuse the class of M/2 for even M alike.
 HALF_MODULUS_ERROR = (
     "a CRT value is congruent to M/2 with M even: ±M/2 lie outside (−M/2, M/2), so the product "
     "reaches M/2 in magnitude and the moduli's capacity is too small for these products"

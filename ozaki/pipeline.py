@@ -278,11 +278,11 @@ def _kernels_available(device: torch.device) -> bool:
 
 def _extents(x: torch.Tensor) -> Extents:
     """What stage 1 reads of x's rows (:func:`ozaki.scaling.row_extents`): with Triton in one
-    pass of ``kernels.extents`` (for Bᵀ, B's columns in place: no transposed copy), the same
+    pass of ``kernels.scaling`` (for Bᵀ, B's columns in place: no transposed copy), the same
     integers, so the same bits, shifts, p, q and plan."""
     if not _kernels_available(x.device):
         return row_extents(x)
-    from kernels.extents import row_extents_kernel  # noqa: PLC0415  (Triton is needed on this path only)
+    from kernels.scaling import row_extents_kernel  # noqa: PLC0415  (Triton is needed on this path only)
 
     return row_extents_kernel(x)
 
@@ -297,10 +297,10 @@ def _fused_by_row_blocks(a: torch.Tensor, bt: torch.Tensor, shift_a: torch.Tenso
     i of A and column j of B alone: the shifts (like p, q and the plan) come from all of A and
     B before any block; the encode is elementwise given a row's shift, so a block's planes
     are those rows of A's planes; each plane GEMM returns the exact integer
-    Σ_k A'_ik·B'_kj mod m_i whatever M, tile, config or K chunk (kernels.modular); and the
+    Σ_k A'_ik·B'_kj mod m_i whatever M, tile, config or K chunk (kernels.products); and the
     decode rounds each entry from its own residues and exponents."""
-    from kernels.decode import decode_residues  # noqa: PLC0415  (Triton is needed on this path only)
-    from kernels.encode import encode_planes  # noqa: PLC0415
+    from kernels.crt import decode_residues  # noqa: PLC0415  (Triton is needed on this path only)
+    from kernels.residues import encode_planes  # noqa: PLC0415
 
     (m, k), n = a.shape, bt.shape[0]
     device, encodings = a.device, plan.encodings
@@ -335,7 +335,7 @@ def _plane_config(encodings: tuple[Encoding, ...], m: int, n: int, k: int, devic
     configurations the bitwise checker proves equivalent, so the choice never changes a bit;
     the encodings bound every plane product."""
     from kernels.autotune import tuned_plane_config  # noqa: PLC0415
-    from kernels.modular import select_operand  # noqa: PLC0415
+    from kernels.products import select_operand  # noqa: PLC0415
 
     return tuned_plane_config(
         select_operand(encodings[0].digits, device), m, n, k, [len(e.planes) for e in encodings],
@@ -344,10 +344,10 @@ def _plane_config(encodings: tuple[Encoding, ...], m: int, n: int, k: int, devic
 
 
 def _grouped_plane_products(planes_a, planes_b, encodings: tuple[Encoding, ...], config) -> torch.Tensor:
-    from kernels.modular import grouped_modular_matmul  # noqa: PLC0415
+    from kernels.products import grouped_modular_matmul  # noqa: PLC0415
 
     # Each modulus' planes are back-to-back slices of one tensor, which the launch reads in
-    # place (kernels.modular._joined): no copy of the operands.
+    # place (kernels.products._joined): no copy of the operands.
     groups, start = [], 0
     for encoding in encodings:
         stop = start + len(encoding.planes)

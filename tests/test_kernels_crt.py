@@ -17,7 +17,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernels.decode import decode_residues, reference_decode
+from kernels.crt import decode_residues, reference_decode
 from ozaki.crt import HALF_MODULUS_ERROR
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -301,7 +301,7 @@ def test_subnormal_results_round_once(length, kept):
 
 _PTX_SCRIPT = """
 import json, sys
-from kernels.decode import compile_ptx
+from kernels.crt import compile_ptx
 json.dump({name: compile_ptx(moduli) for name, moduli in json.loads(sys.argv[1]).items()}, open(sys.argv[2], "w"))
 """
 

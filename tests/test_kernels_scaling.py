@@ -14,10 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_pipeline import _spread, fused_path  # noqa: F401  (fused_path is a fixture)
 
-import kernels.extents
+import kernels.scaling
 import ozaki
 import ozaki.catalog
-from kernels.extents import reference_row_extents, row_extents_kernel
+from kernels.scaling import reference_row_extents, row_extents_kernel
 from ozaki import pipeline
 from ozaki.residues import crt_capacity
 from ozaki.scaling import NO_SET_BIT, exact_bits_of, fixed_bits_of, row_shifts, shifts_of
@@ -224,7 +224,7 @@ def test_fused_path_keeps_the_torch_stage_one(fused_path, monkeypatch, digits, a
 
     monkeypatch.setattr(pipeline, "_fused_by_row_blocks", recorded)
     read = []
-    monkeypatch.setattr(kernels.extents, "row_extents_kernel", lambda x: read.append(x) or row_extents_kernel(x))
+    monkeypatch.setattr(kernels.scaling, "row_extents_kernel", lambda x: read.append(x) or row_extents_kernel(x))
     got = fused_path(a, b, engine=digits, accuracy=accuracy)
     # One kernel pass over A, one over B's columns, read in place (Bᵀ is a view: unit row stride).
     assert [tuple(x.shape) for x in read] == [(m, k), (n, k)] and read[1].stride(0) == 1

@@ -214,7 +214,7 @@ def _decode_kernel(
     # 3. One rounding.
     magnitude = _round(limbs, offs_l, exponent, LIMB)
     # The sign goes in as a bit.  On the H200 the float select of -magnitude returned +0.0
-    # for a negative Y that underflows to zero (tests/test_kernels_decode.py, subnormal
+    # for a negative Y that underflows to zero (tests/test_kernels_crt.py, subnormal
     # exponents; the interpreter keeps -0.0): an integer OR leaves no float rule about
     # signed zeros for the compiler to relax.
     signed = magnitude.to(tl.int64, bitcast=True) | (negative.to(tl.int64) << 63)

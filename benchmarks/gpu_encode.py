@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from kernels.encode import encode_planes
+from kernels.residues import encode_planes
 from ozaki import catalog, products
 from ozaki.residues import residues
 from ozaki.scaling import exact_bits, row_shifts, scale_rows

@@ -18,10 +18,10 @@ import torch
 import triton
 from triton.testing import do_bench
 
-from kernels import modular
-from kernels.decode import decode_residues
-from kernels.encode import encode_planes
-from kernels.modular import CONFIGS, PlaneGemmConfig, modular_matmul, reference_modular_matmul
+from kernels.crt import decode_residues
+from kernels.residues import encode_planes
+from kernels.products import (CONFIGS, PlaneGemmConfig, _launch, _to_operand, modular_matmul, plan_chunk,
+                              reference_modular_matmul)
 from ozaki import products
 from ozaki.crt import garner, round_to_float64
 from kernels.digits import digit_set
@@ -76,8 +76,8 @@ def window_probe(window: int, k: int) -> None:
     cfg = PlaneGemmConfig(128, 128, 128, num_warps=8, num_stages=3, imprecise_window=window)
     modulus = 2**31 - 1  # large modulus: the residue is the exact sum itself
     out = torch.empty((1, 1, rows, rows), dtype=torch.int64, device="cuda")
-    modular._launch(modular._to_operand(a, "e4m3", 128), modular._to_operand(b, "e4m3", 128), [1], [0, 1],
-                    [modulus], out, "e4m3", cfg, k)
+    _launch(_to_operand(a, "e4m3", 128), _to_operand(b, "e4m3", 128), [1], [0, 1],
+            [modulus], out, "e4m3", cfg, k)
     want = reference_modular_matmul(a[:, 0], b[:, 0], [1], modulus)
     status = "exact" if torch.equal(out[0, 0], want) else f"WRONG max|diff| {int((out[0, 0] - want).abs().max())}"
     log(f"window e4m3 W={window:<4} K={k} digits 11/12 (W*144={window * 144}): {status}")
@@ -108,8 +108,8 @@ def bench(name: str, fn, n: int, matmul: bool = True) -> float:
 def plane_gemm(a_op, b_op, operand: str, cfg: PlaneGemmConfig, planes: int, n: int, out_dtype=torch.int32):
     out = torch.empty((1, 1, n, n), dtype=out_dtype, device="cuda")
     coeffs = list(range(1, planes + 1))
-    chunk = modular.plan_chunk(operand, cfg, 144 if operand != "int8" else 128 * 128)
-    return lambda: modular._launch(a_op, b_op, coeffs, [0, planes], [251], out, operand, cfg, chunk)
+    chunk = plan_chunk(operand, cfg, 144 if operand != "int8" else 128 * 128)
+    return lambda: _launch(a_op, b_op, coeffs, [0, planes], [251], out, operand, cfg, chunk)
 
 
 def int8_residue_encoding(m: int):
@@ -221,8 +221,8 @@ def main() -> None:
     for cfg in CONFIGS["e4m3"]:
         ms = bench(f"e4m3 fp4-digits {_cfg(cfg)}", plane_gemm(a_e4[:, None], b_e4[:, None], "e4m3", cfg, 1, n), n)
         best_e4 = min(best_e4, (ms, cfg), key=lambda x: x[0] if x[0] == x[0] else float("inf"))
-    a_fp4 = modular._to_operand(f4[:, None], "e2m1", 128)
-    b_fp4 = modular._to_operand(g4[:, None], "e2m1", 128)
+    a_fp4 = _to_operand(f4[:, None], "e2m1", 128)
+    b_fp4 = _to_operand(g4[:, None], "e2m1", 128)
     for cfg in CONFIGS["e2m1"][:1]:  # sm_90 upcasts to bf16: informational only
         bench(f"e2m1 dot_scaled {_cfg(cfg)}", plane_gemm(a_fp4, b_fp4, "e2m1", cfg, 1, n), n)
     six_a = random_planes("fp4", 6, n, n)[:, None]
@@ -231,8 +231,8 @@ def main() -> None:
         if best is None:
             continue
         ms6 = bench(f"fp4 {operand} 6 planes one modulus {_cfg(best)}",
-                    plane_gemm(modular._to_operand(six_a, operand, best.block_k),
-                               modular._to_operand(six_b, operand, best.block_k), operand, best, 6, n), n)
+                    plane_gemm(_to_operand(six_a, operand, best.block_k),
+                               _to_operand(six_b, operand, best.block_k), operand, best, 6, n), n)
         log(f"      per plane: {tops(ms6 / 6, n):.1f} TOP/s")
 
     log("")

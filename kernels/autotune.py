@@ -38,7 +38,7 @@ _winners: dict[Hashable, tuple] = {}
 # Timing planes hold only -1, 0 and 1 (members of every digit set); the chunking the real digits
 # need is passed explicitly as k_chunk, so the launch does the same work as the real one.
 _TIMING_DIGITS = (-1, 0, 1)
-_SMALL_MODULI_BELOW = 2**15  # kernels.modular's 32-bit residue path serves moduli below it (the catalog's)
+_SMALL_MODULI_BELOW = 2**15  # kernels.products's 32-bit residue path serves moduli below it (the catalog's)
 _LARGE_MODULUS = 2**31 - 1
 
 
@@ -172,16 +172,16 @@ def tuned_plane_config(
     *,
     moduli: Sequence[int] | None = None,
 ):
-    """``config=`` for ``kernels.modular.grouped_modular_matmul``: the fastest ``PlaneGemmConfig``
+    """``config=`` for ``kernels.products.grouped_modular_matmul``: the fastest ``PlaneGemmConfig``
     of `operand` whose exactness windows admit planes with largest ``|P_t| * |Q_t|`` = `max_product`
     (every such config returns the exact residues).  planes: the plane count of each group (an int:
     one group) in a launch of [T, M, K] x [T, N, K] planes; moduli: each group's modulus (None: all
     below 2**15, as in the catalog), which selects the kernel's residue arithmetic.  On CPU the
     launcher's own default: the first of ``CONFIGS[operand]`` that admits max_product."""
-    from kernels import modular
+    from kernels import products
 
-    if operand not in modular.CONFIGS:
-        raise ValueError(f"unknown operand {operand!r}; known: {', '.join(modular.CONFIGS)}")
+    if operand not in products.CONFIGS:
+        raise ValueError(f"unknown operand {operand!r}; known: {', '.join(products.CONFIGS)}")
     m, n, k = _positive("m", m), _positive("n", n), _positive("k", k)
     max_product = _positive("max_product", max_product)
     counts = (planes,) if isinstance(planes, int) and not isinstance(planes, bool) else tuple(planes)
@@ -193,20 +193,20 @@ def tuned_plane_config(
     small = moduli is None or max(moduli) < _SMALL_MODULI_BELOW
 
     def refusal(config) -> str | None:
-        # Until modular exports a public admission test: plan_chunk raises ValueError outside the windows.
+        # Until kernels.products exports a public admission test: plan_chunk raises ValueError outside the windows.
         try:
-            modular.plan_chunk(operand, config, max_product)
+            products.plan_chunk(operand, config, max_product)
         except ValueError as error:
             return str(error)
         return None
 
     def admits(config: dict) -> bool:
-        return refusal(modular.PlaneGemmConfig(**config)) is None
+        return refusal(products.PlaneGemmConfig(**config)) is None
 
-    default = next((c for c in modular.CONFIGS[operand] if refusal(c) is None), None)
+    default = next((c for c in products.CONFIGS[operand] if refusal(c) is None), None)
     if default is None:
         raise ValueError(f"no {operand} plane-GEMM config admits max|P*Q| = {max_product}; the default's "
-                         f"limit: {refusal(modular.CONFIGS[operand][0])}")
+                         f"limit: {refusal(products.CONFIGS[operand][0])}")
 
     @functools.cache
     def groups() -> list:
@@ -220,11 +220,11 @@ def tuned_plane_config(
         return [(draw(m, c), draw(n, c), [1] * c, modulus) for c in counts]
 
     def run(config: dict) -> None:
-        plane_config = modular.PlaneGemmConfig(**config)
-        chunk = modular.plan_chunk(operand, plane_config, max_product)
-        modular.grouped_modular_matmul(groups(), digits=modular.OPERANDS[operand], operand=operand,
-                                       config=plane_config, k_chunk=chunk)
+        plane_config = products.PlaneGemmConfig(**config)
+        chunk = products.plan_chunk(operand, plane_config, max_product)
+        products.grouped_modular_matmul(groups(), digits=products.OPERANDS[operand], operand=operand,
+                                        config=plane_config, k_chunk=chunk)
 
     chosen = best_config(f"modular_matmul.{operand}", run, key=(m, n, k, counts, max_product, small), device=device,
                          default=dataclasses.asdict(default), admits=admits)
-    return modular.PlaneGemmConfig(**chosen)
+    return products.PlaneGemmConfig(**chosen)

@@ -176,7 +176,7 @@ def verdict(profile: Profile, m: int, k: int, n: int, *, digits: str, planes: in
 # Issue 6: the emulation's workspace at most twice the bytes of its float64 A, B and C.
 WORKSPACE_BUDGET = 2
 # Block heights are multiples of the plane GEMM's tile height (128 or 256 rows in
-# kernels.modular.CONFIGS): only the last block of a product ends in a partial tile.
+# kernels.products.CONFIGS): only the last block of a product ends in a partial tile.
 ROW_GRANULE = 128
 # Where no block height meets the budget (B's planes alone past it), the blocks this many:
 # each block costs launches, syncs and a check of all of B's planes, and on the H200 fp8

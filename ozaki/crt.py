@@ -35,6 +35,8 @@ from typing import NamedTuple, Sequence
 import numpy as np
 import torch
 
+from kernels.crt import HALF_MODULUS_ERROR
+
 from ._bits import FLOOR_MOD_LIMIT, blocks, floor_mod, ldexp
 
 __all__ = ["HALF_MODULUS_ERROR", "garner", "round_to_float64", "signed_limbs", "signed_residues"]
@@ -45,11 +47,6 @@ _LIMB_MASK = (1 << LIMB_BITS) - 1
 # stays below 2^53.
 _FLOAT64_EXACT = 2**53
 _GARNER_MAX_MODULUS = 2**24
-# Both decoders (this one and kernels.decode) refuse the class of M/2 for even M alike.
-HALF_MODULUS_ERROR = (
-    "a CRT value is congruent to M/2 with M even: ±M/2 lie outside (−M/2, M/2), so the product "
-    "reaches M/2 in magnitude and the moduli's capacity is too small for these products"
-)
 _WINDOW = 4  # limbs rounded together: the top one and three under it
 # Below this magnitude a result may be subnormal, and is rounded bit by bit.
 _SMALLEST_SAFE = 2.0**-1021

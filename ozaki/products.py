@@ -11,7 +11,7 @@ Two ways, both exact:
 
       C'_i ≡ Σ_t λ_t · P_t(A'_i) · Q_t(B'_i)   (mod m_i).
 
-  On CUDA the pipeline runs the plane GEMMs in Triton (:mod:`kernels.modular`); here a
+  On CUDA the pipeline runs the plane GEMMs in Triton (:mod:`kernels.products`); here a
   float64 GEMM per plane computes the very same integers (checked against 2^53).
 """
 

@@ -11,7 +11,7 @@ of ``p_i`` decides the accuracy.  Columns of B are rows of Bᵀ.
 
 Bits and shifts read two numbers of a row, its :class:`Extents` (largest magnitude, lowest
 set bit): :func:`exact_bits_of`, :func:`fixed_bits_of` and :func:`shifts_of` take them from
-:func:`row_extents` here, or from the one-pass Triton kernel ``kernels.extents`` on CUDA.
+:func:`row_extents` here, or from the one-pass Triton kernel ``kernels.scaling`` on CUDA.
 
 Every integer is kept as ``mantissa · 2^exponent`` (``exponent ≥ 0``, ``|mantissa| ≤ 2^53``)
 so rows may keep any number of bits — far more than int64 holds — and residues are taken
@@ -23,6 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
+from kernels.scaling import NO_SET_BIT, Extents
 
 from ._bits import blocks, ldexp, pow2, round_
 
@@ -77,25 +79,6 @@ def _decompose(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def _rows(x: torch.Tensor) -> torch.Tensor:
     """x as one row per matrix row, (R, K), viewed as the int64 bit patterns."""
     return x.reshape(-1, x.shape[-1]).view(torch.int64)
-
-
-# The lowest bit of an all-zero row: the identity of the min over its entries, above every
-# real lowest bit (≤ 1023), and int32's largest value, which is what kernels.extents stores.
-NO_SET_BIT = 2**31 - 1
-
-
-@dataclass(frozen=True)
-class Extents:
-    """What stage 1 reads of each row of x: bits and shifts are functions of these alone
-    (:func:`exact_bits_of`, :func:`fixed_bits_of`, :func:`shifts_of`), whether they come from
-    :func:`row_extents` or from one pass of the Triton kernel ``kernels.extents``."""
-
-    row_max: torch.Tensor  # float64, one per row: the largest |x| (0.0 for an all-zero row)
-    lowest_bit: torch.Tensor  # int64, one per row: the exponent of the lowest set bit of any entry (NO_SET_BIT if none)
-
-    @property
-    def has_nonzero(self) -> torch.Tensor:
-        return self.row_max > 0
 
 
 def _top(row_max: torch.Tensor) -> torch.Tensor:

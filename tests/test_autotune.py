@@ -14,14 +14,14 @@ import torch
 import triton.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_kernels_modular import needs_dot_scaled
+from test_kernels_products import needs_dot_scaled
 from triton.runtime.errors import OutOfResources
 
 from kernels import autotune
 from kernels.autotune import best_config, candidates, clear_cache, tuned_plane_config
 from kernels.check import classes_report
 from kernels.check.run import target_for, tc_sum_probe
-from kernels.modular import CONFIGS, plan_chunk
+from kernels.products import CONFIGS, plan_chunk
 from kernels.tc_sum import TC_SUM_CONFIGS, segment_length, tc_sum
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")

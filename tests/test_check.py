@@ -132,7 +132,7 @@ def test_equivalent_configs_is_the_class_of_the_config():
 
 
 def test_plane_gemm_families_are_exact_single_classes():
-    from kernels.modular import CONFIGS, PlaneGemmConfig
+    from kernels.products import CONFIGS, PlaneGemmConfig
 
     report = classes_report()["kernels"]
     for operand, entries in CONFIGS.items():
@@ -143,7 +143,7 @@ def test_plane_gemm_families_are_exact_single_classes():
 
 
 def test_plane_gemm_fp8_descriptor_carries_the_promotion_window():
-    from kernels.modular import PlaneGemmConfig
+    from kernels.products import PlaneGemmConfig
 
     windowed = describe_plane_gemm("e4m3", PlaneGemmConfig(128, 128, 128, num_warps=4, imprecise_window=64))
     promoted = describe_plane_gemm("e4m3", PlaneGemmConfig(128, 128, 128, num_warps=4, imprecise_window=0))

@@ -44,7 +44,7 @@ def test_tc_sum_classes_are_sound_on_fresh_probes(seed):
 
 
 def test_plane_gemm_configs_all_return_the_exact_residues():
-    assert PLANE_NAMES, "kernels.modular.CONFIGS should give the checker plane-GEMM families"
+    assert PLANE_NAMES, "kernels.products.CONFIGS should give the checker plane-GEMM families"
     for name, entry in run_checks(PLANE_NAMES, seed=5, device=DEVICE).items():
         assert entry["sound"], (name, entry["violations"])
         assert all(groups == entry["classes"] for groups in entry["observed"].values())
@@ -89,7 +89,7 @@ def test_probes_are_finite_deterministic_and_of_the_operand_type(kind, dtype):
 @pytest.mark.parametrize("operand", ["int8", "e4m3", "e2m1"])
 @pytest.mark.parametrize("kind", PLANE_PROBES)
 def test_plane_probes_hold_digits_of_the_operand(kind, operand):
-    from kernels.modular import OPERANDS
+    from kernels.products import OPERANDS
     from kernels.digits import digit_set
 
     a, b, coefficients, modulus, digits = plane_gemm_probe(kind, operand, (2, 3, 4, 40), seed=1)

@@ -83,7 +83,7 @@ def test_emulation_wins_where_the_tensor_cores_are_far_faster():
 
 
 def test_workspace_prediction():
-    # One block of all rows: B's and A's planes (int8 read in place, kernels.modular._joined;
+    # One block of all rows: B's and A's planes (int8 read in place, kernels.products._joined;
     # other digits add the operand copy) and the int32 residues, or, if more, the decode's
     # residues and float64 rows.
     got = cost.workspace_bytes(100, 200, 300, digits="int8", planes=23, moduli=20, block_rows=100)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import triton
 
-from kernels.modular import PlaneGemmConfig
+from kernels.products import PlaneGemmConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 _TRITON = tuple(int(part) for part in triton.__version__.split(".")[:2])
@@ -37,7 +37,7 @@ SM100 = {"e2m1-sm100": ("e2m1", 100, PlaneGemmConfig(128, 128, 128, num_warps=4,
 
 _SCRIPT = """
 import json, sys
-from kernels.modular import PlaneGemmConfig, compile_ptx
+from kernels.products import PlaneGemmConfig, compile_ptx
 out = {}
 for name, (operand, capability, fields, small) in json.loads(sys.argv[1]).items():
     out[name] = compile_ptx(operand, capability, PlaneGemmConfig(**fields), small_moduli=small)
@@ -122,7 +122,7 @@ def test_residue_reduction_avoids_int64_division(ptx):
 
 _EXTENTS_SCRIPT = """
 import json, sys
-from kernels.extents import compile_ptx
+from kernels.scaling import compile_ptx
 json.dump({f"{operand}-{aligned}": compile_ptx(90, operand, aligned)
            for operand, aligned in json.loads(sys.argv[1])}, open(sys.argv[2], "w"))
 """

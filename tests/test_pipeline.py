@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-import kernels.decode
+import kernels.crt
 import ozaki
 import ozaki.catalog
 from exact_reference import round_dyadic as _correctly_rounded
@@ -277,13 +277,13 @@ def _blocks_of(monkeypatch, rows: int) -> list[int]:
     """Forces the fused path to stream over blocks of ``rows`` rows of A; returns the list that
     the height of every block decoded from then on is appended to."""
     monkeypatch.setattr(cost, "stream_rows", lambda m, k, n, **sizes: rows)
-    heights, decode = [], kernels.decode.decode_residues
+    heights, decode = [], kernels.crt.decode_residues
 
     def counted(c, *args):
         heights.append(c.shape[1])
         return decode(c, *args)
 
-    monkeypatch.setattr(kernels.decode, "decode_residues", counted)
+    monkeypatch.setattr(kernels.crt, "decode_residues", counted)
     return heights
 
 

@@ -71,20 +71,20 @@ def _tc_sum_family(type_name, target):
 
 
 def _plane_gemm_families(target):
-    """The plane-GEMM kernels, described from kernels.modular's public CONFIGS when it provides them."""
+    """The plane-GEMM kernels, described from kernels.products' public CONFIGS when it provides them."""
     try:
-        from kernels import modular
+        from kernels import products
     except ImportError:
         return []
-    configs = getattr(modular, "CONFIGS", None)
+    configs = getattr(products, "CONFIGS", None)
     if not isinstance(configs, dict):
         return []
     found = []
     for operand, entries in configs.items():
         def launch(probe, config, operand=operand):
             a, b, coefficients, modulus, digits = probe
-            return modular.modular_matmul(a, b, coefficients, modulus, digits=digits, operand=operand,
-                                          config=modular.PlaneGemmConfig(**config))
+            return products.modular_matmul(a, b, coefficients, modulus, digits=digits, operand=operand,
+                                           config=products.PlaneGemmConfig(**config))
 
         found.append(Family(
             name=f"modular_matmul.{operand}",

@@ -118,7 +118,7 @@ def describe_tc_sum(config, dtype, target="sm_90"):
 
 
 def describe_plane_gemm(operand, config, target="sm_90"):
-    """Descriptor of kernels.modular's plane GEMM with `config` (a PlaneGemmConfig) for `operand`.
+    """Descriptor of kernels.products's plane GEMM with `config` (a PlaneGemmConfig) for `operand`.
 
     Every K chunk is accumulated inside its exact range (the launcher's plan_chunk enforces it), turned
     into an integer and folded mod m in int64: the result is an exact residue, whatever the chunking.

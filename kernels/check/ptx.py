@@ -184,7 +184,7 @@ def _tree_problems(tree, merged):
 def check_ptx(names=None):
     """{family: {"ok": bool, "configs": [{"index", "problems", "mma"}], "tree_problems": [...]}} for the
     named kernel families (all when `names` is None).  Plane GEMMs compile through
-    kernels.modular.compile_ptx as a single-plane, single-chunk launch."""
+    kernels.products.compile_ptx as a single-plane, single-chunk launch."""
     known = {f.name: f for f in families("sm_90")}
     names = list(known) if names is None else list(names)
     unknown = [n for n in names if n not in known]
@@ -204,7 +204,7 @@ def check_ptx(names=None):
 
 
 def _plane_gemm_summaries(operand):
-    from kernels.modular import CONFIGS, compile_ptx
+    from kernels.products import CONFIGS, compile_ptx
 
     return {"configs": [summarize(compile_ptx(operand, 90, config)) for config in CONFIGS[operand]]}
 

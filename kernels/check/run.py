@@ -17,7 +17,7 @@ import multiprocessing
 import torch
 
 from kernels.check.classes import TC_SUM_TYPES, classes, families
-from kernels.modular import INTERPRETER_OPERANDS
+from kernels.products import INTERPRETER_OPERANDS
 
 __all__ = ["PROBES", "PLANE_PROBES", "check_family", "plane_gemm_probe", "run_checks", "target_for",
            "tc_sum_probe"]
@@ -144,7 +144,7 @@ def _probes(family, shape, seed, device):
             x = tc_sum_probe(kind, dtype, shape, seed * len(PROBES) + number)
             yield kind, x.to(device), _tc_sum_exact(x)
         return
-    from kernels.modular import reference_modular_matmul
+    from kernels.products import reference_modular_matmul
 
     for number, kind in enumerate(PLANE_PROBES):
         a, b, coefficients, modulus, digits = plane_gemm_probe(kind, family.operand, shape,

@@ -16,7 +16,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kernels.modular import (
+from kernels.products import (
     CONFIGS,
     INTERPRETER_OPERANDS,
     PlaneGemmConfig,

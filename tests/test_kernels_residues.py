@@ -21,8 +21,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernels import encode
-from kernels.encode import MAX_MODULUS, MAX_SHIFT, encode_planes
+import kernels.residues
+from kernels.residues import MAX_MODULUS, MAX_SHIFT, encode_planes
 from ozaki import products
 from kernels.digits import digit_set
 from ozaki.formats import encoding_from_dict
@@ -125,14 +125,14 @@ def test_fused_encode_equals_staged_path(kind, bits, name, side):
 def test_one_plane_storing_the_input_takes_the_computed_path():
     # The kernel skips the table lookup for these; the tests above prove the bits equal.
     every = FP4 + INT8 + FP8 + WIDE
-    computed = {e.name for e in every if encode._is_identity(e.plane_table("a"), e.a.min, e.modulus)}
+    computed = {e.name for e in every if kernels.residues._is_identity(e.plane_table("a"), e.a.min, e.modulus)}
     assert computed == {"res7-fp4-1", "res256-int8-1", "res251-int8-1", "res255-int8-1", "res13-fp8-1",
                         "res2-int8-1"}
 
 
 def test_power_table():
     moduli = (2, 3, 8, 13, 251, 256, 4093, MAX_MODULUS)
-    table = encode._power_table(moduli, 2048, torch.device("cpu"))
+    table = kernels.residues._power_table(moduli, 2048, torch.device("cpu"))
     assert table.dtype == torch.float32 and table.shape == (2048, len(moduli))
     assert table.t().long().tolist() == [[pow(2, p, m) for p in range(2048)] for m in moduli]
 
@@ -215,7 +215,7 @@ def test_product_encodings_are_refused():
 
 _PTX_SCRIPT = """
 import json, sys
-from kernels.encode import compile_ptx
+from kernels.residues import compile_ptx
 json.dump({"sm90": compile_ptx(90)}, open(sys.argv[1], "w"))
 """
 

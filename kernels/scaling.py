@@ -11,19 +11,41 @@ Both results are reductions of exact integers by max and min, which are associat
 commutative: the IEEE pattern of |x| (non-negative patterns order as their values) and the
 lowest bit's exponent.  So neither depends on the tile shape, the order of the tiles, the
 split of K over programs or the order in which their atomics land: every config gives the
-bits of ``ozaki.scaling.row_extents``, which the tests check entry for entry.
+bits of :func:`reference_row_extents` (and of the torch path, ``ozaki.scaling.row_extents``),
+which the tests check entry for entry.  :class:`Extents` and ``NO_SET_BIT`` live here, below
+both, because the library's scaling reads the same two numbers from either.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 from triton.runtime.interpreter import InterpretedFunction
 
-from ozaki.scaling import NO_SET_BIT, Extents, row_extents
+__all__ = ["EXTENTS_BLOCK", "EXTENTS_WARPS", "NO_SET_BIT", "Extents", "compile_ptx", "reference_row_extents",
+           "row_extents_kernel"]
 
-__all__ = ["EXTENTS_BLOCK", "EXTENTS_WARPS", "compile_ptx", "reference_row_extents", "row_extents_kernel"]
+# The lowest bit of an all-zero row: the identity of the min over its entries, above every
+# real lowest bit (≤ 1023), and int32's largest value, which is what the kernel stores.
+NO_SET_BIT = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class Extents:
+    """What stage 1 reads of each row of x: bits and shifts are functions of these alone
+    (``ozaki.scaling.exact_bits_of``, ``fixed_bits_of``, ``shifts_of``), whether they come
+    from the torch path or from one pass of :func:`row_extents_kernel`."""
+
+    row_max: torch.Tensor  # float64, one per row: the largest |x| (0.0 for an all-zero row)
+    lowest_bit: torch.Tensor  # int64, one per row: the exponent of the lowest set bit of any entry (NO_SET_BIT if none)
+
+    @property
+    def has_nonzero(self) -> torch.Tensor:
+        return self.row_max > 0
+
 
 # K x rows per tile.  The load's layout puts the input's unit-stride axis fastest (K for A,
 # rows for Bᵀ, whose rows are B's columns), so one tile shape reads both coalesced; 2048
@@ -37,9 +59,12 @@ _TARGET_PROGRAMS = 4096
 _MAX_CHUNKS = 65535
 # A float64 with biased exponent field E is significand * 2**(max(E, 1) - 1075); a set bit
 # 2**t of the significand, converted to float64, has exponent field 1023 + t.
-_WEIGHT_BIAS = tl.constexpr(1023 + 1075)
-_SIGN_MASK = tl.constexpr(0x7FFFFFFFFFFFFFFF)  # clears the sign bit of an IEEE pattern: the bits of |x|
-_HIDDEN_BIT = tl.constexpr(0x10000000000000)
+_ULP_BIAS = 1075
+_WEIGHT_BIAS = tl.constexpr(1023 + _ULP_BIAS)
+_MAGNITUDE = 2**63 - 1  # clears the sign bit of an IEEE pattern: the bits of |x|
+_SIGN_MASK = tl.constexpr(_MAGNITUDE)
+_FRACTION_BITS = 52
+_HIDDEN_BIT = tl.constexpr(1 << _FRACTION_BITS)
 _NO_SET_BIT = tl.constexpr(NO_SET_BIT)
 
 
@@ -82,7 +107,7 @@ def _extents_kernel(
 
 def row_extents_kernel(x: torch.Tensor, *, block: tuple[int, int] = EXTENTS_BLOCK, chunks: int | None = None,
                        num_warps: int = EXTENTS_WARPS) -> Extents:
-    """``ozaki.scaling.row_extents(x)`` in one pass: x is float64 ``[rows, K]`` with any
+    """The :class:`Extents` of x's rows in one pass: x is float64 ``[rows, K]`` with any
     strides (for B pass Bᵀ, a view: its rows are B's columns, read in place).  ``block``
     (BLOCK_K, BLOCK_R, powers of two), ``chunks`` (K split over this many programs per block
     of rows; default: enough to fill the GPU) and ``num_warps`` change the speed, never the
@@ -118,8 +143,24 @@ def row_extents_kernel(x: torch.Tensor, *, block: tuple[int, int] = EXTENTS_BLOC
 
 
 def reference_row_extents(x: torch.Tensor) -> Extents:
-    """The torch definition the kernel reproduces (``ozaki.scaling.row_extents``)."""
-    return row_extents(x)
+    """What the kernel computes, entry by entry in Python integers (small inputs): per row of
+    x ``[rows, K]``, the largest pattern of |x| and the exponent of the lowest set bit of any
+    entry whose |x| pattern is non-zero (NO_SET_BIT if none)."""
+    largest, lowest = [], []
+    for row in x.detach().cpu().contiguous().view(torch.int64).tolist():
+        magnitudes = [pattern & _MAGNITUDE for pattern in row]
+        largest.append(max(magnitudes, default=0))
+        lowest.append(min((_lowest_set_bit(m) for m in magnitudes if m), default=NO_SET_BIT))
+    return Extents(row_max=torch.tensor(largest, dtype=torch.int64).view(torch.float64).to(x.device),
+                   lowest_bit=torch.tensor(lowest, dtype=torch.int64, device=x.device))
+
+
+def _lowest_set_bit(magnitude: int) -> int:
+    # IEEE: exponent field E and fraction f stand for s * 2**(max(E, 1) - 1075), where the
+    # significand s = 2**52 + f for E >= 1 and s = f for subnormals (E = 0).
+    field, fraction = magnitude >> _FRACTION_BITS, magnitude & ((1 << _FRACTION_BITS) - 1)
+    significand = fraction | (1 << _FRACTION_BITS if field else 0)
+    return (significand & -significand).bit_length() - 1 + max(field, 1) - _ULP_BIAS
 
 
 def compile_ptx(capability: int = 90, operand: str = "a", aligned: bool = True) -> str:

@@ -1,6 +1,7 @@
-"""The fused decode kernel (linear CRT) returns exactly the bits of the staged torch path
-``ozaki.crt.garner`` -> ``ozaki.crt.round_to_float64`` (``reference_decode``), and of
-CPython's correctly rounded integer division where that path's own bounds stop it."""
+"""The fused decode kernel (linear CRT) returns exactly the bits of its plain reference
+(``reference_decode``: exact integers, one correct rounding), of the staged torch path
+``ozaki.crt.garner`` -> ``ozaki.crt.round_to_float64`` within that path's bounds, and of
+CPython's correctly rounded integer division."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernels.decode import decode_residues, reference_decode
-from ozaki.crt import HALF_MODULUS_ERROR
+from kernels.crt import decode_residues, reference_decode
+from ozaki.crt import HALF_MODULUS_ERROR, garner, round_to_float64
 
 ROOT = Path(__file__).resolve().parents[1]
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -38,8 +39,8 @@ MODULI = {
     "primes-2^22": [4194301, 4194287, 4194277, 4194271],
     "mixed": [3, 256, 4194301, 65521, 1021, 13],
 }
-# Past ozaki.crt's own bounds (moduli from 2**24): checked against exact Python integers.
-BEYOND_REFERENCE = {"primes-2^30": [1073741789, 1073741783]}
+# Past the staged path's own bounds (moduli from 2**24): checked against exact Python integers.
+BEYOND_STAGED = {"primes-2^30": [1073741789, 1073741783]}
 
 
 def exact(y: int, e: int) -> float:
@@ -93,6 +94,11 @@ def exponent_tensors(row_exp, col_exp):
             torch.tensor(col_exp, dtype=torch.int64, device=DEVICE))
 
 
+def staged(c: torch.Tensor, mods, row: torch.Tensor, col: torch.Tensor) -> torch.Tensor:
+    """The library's staged torch decode of the same residues and exponents."""
+    return round_to_float64(garner(c.to(torch.int64), mods), mods, row[:, None] + col[None, :])
+
+
 def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     # Signed zeros and infinities included.
     return torch.equal(a.view(torch.int64), b.view(torch.int64))
@@ -107,6 +113,7 @@ def test_decode_equals_staged_path(moduli, exponents):
     c = residues_of(grid, mods)
     got = decode_residues(c, mods, row, col)
     assert same_bits(got, reference_decode(c, mods, row, col))
+    assert same_bits(got, staged(c, mods, row, col))
     # Balanced representatives and int32 storage name the same products.
     assert same_bits(decode_residues(residues_of(grid, mods, balanced=True, dtype=torch.int32), mods, row, col), got)
 
@@ -137,10 +144,10 @@ def test_edge_values_mislead_the_estimate_both_ways():
     assert errors == {-1, 0, 1}
 
 
-@pytest.mark.parametrize("moduli", sorted(MODULI | BEYOND_REFERENCE))
+@pytest.mark.parametrize("moduli", sorted(MODULI | BEYOND_STAGED))
 def test_window_edges_decode(moduli):
     # |Y| up to (M - 1) // 2, both signs, odd and even M: the sign is exact to the last unit.
-    mods = (MODULI | BEYOND_REFERENCE)[moduli]
+    mods = (MODULI | BEYOND_STAGED)[moduli]
     values = edge_values(mods)
     row = torch.tensor([-30], dtype=torch.int64, device=DEVICE)
     col = torch.zeros(len(values), dtype=torch.int64, device=DEVICE)
@@ -148,17 +155,20 @@ def test_window_edges_decode(moduli):
     got = decode_residues(c, mods, row, col)
     assert got.tolist() == [[exact(y, -30) for y in values]]
     assert same_bits(decode_residues(residues_of([values], mods, balanced=True), mods, row, col), got)
+    assert same_bits(got, reference_decode(c, mods, row, col))
     if moduli in MODULI:
-        assert same_bits(got, reference_decode(c, mods, row, col))
+        assert same_bits(got, staged(c, mods, row, col))
 
 
-@pytest.mark.parametrize("moduli", sorted(BEYOND_REFERENCE))
-def test_decode_beyond_the_reference_bounds(moduli):
-    mods = BEYOND_REFERENCE[moduli]
+@pytest.mark.parametrize("moduli", sorted(BEYOND_STAGED))
+def test_decode_beyond_the_staged_bounds(moduli):
+    mods = BEYOND_STAGED[moduli]
     grid, row_exp, col_exp = grid_case(mods, "moderate", moduli)
-    got = decode_residues(residues_of(grid, mods), mods, *exponent_tensors(row_exp, col_exp))
+    c, exponents = residues_of(grid, mods), exponent_tensors(row_exp, col_exp)
+    got = decode_residues(c, mods, *exponents)
     want = [[exact(y, r + col_exp[j]) for j, y in enumerate(row)] for row, r in zip(grid, row_exp)]
     assert same_bits(got, torch.tensor(want, dtype=torch.float64, device=DEVICE))
+    assert same_bits(got, reference_decode(c, mods, *exponents))
 
 
 def test_strided_residues():
@@ -184,6 +194,7 @@ def test_decode_any_product(data, moduli, row, col):
     col_exp = torch.full((len(values),), col, dtype=torch.int64, device=DEVICE)
     got = decode_residues(c, mods, row_exp, col_exp)
     assert same_bits(got, reference_decode(c, mods, row_exp, col_exp))
+    assert same_bits(got, staged(c, mods, row_exp, col_exp))
     assert got.tolist() == [[exact(y, row + col) for y in values]]
 
 
@@ -196,10 +207,9 @@ def test_half_of_an_even_modulus_raises(moduli):
     row, col = torch.zeros(1, dtype=torch.int64, device=DEVICE), torch.zeros(3, dtype=torch.int64, device=DEVICE)
     for values in ([1, half, 2], [-half, 0, 0]):
         c = residues_of([values], mods)
-        with pytest.raises(ValueError, match=HALF_MODULUS_ERROR.split(":")[0]):
-            decode_residues(c, mods, row, col)
-        with pytest.raises(ValueError, match=HALF_MODULUS_ERROR.split(":")[0]):
-            reference_decode(c, mods, row, col)
+        for decode in (decode_residues, reference_decode, staged):
+            with pytest.raises(ValueError, match=HALF_MODULUS_ERROR.split(":")[0]):
+                decode(c, mods, row, col)
 
 
 @pytest.mark.parametrize("moduli", ["one", "wide", "primes-2^22", "int8-20", "three"])
@@ -235,6 +245,7 @@ def test_extreme_exponents(row_exp, col_exp, want):
     col = torch.tensor([col_exp] * 3, dtype=torch.int64, device=DEVICE)
     got = decode_residues(c, mods, row, col)
     assert same_bits(got, torch.tensor([want], dtype=torch.float64, device=DEVICE))
+    assert same_bits(got, reference_decode(c, mods, row, col))
 
 
 def test_int32_residues_from_the_gemm_decode_alike():
@@ -249,7 +260,7 @@ def test_empty_grid():
     mods = MODULI["three"]
     c = torch.zeros((3, 0, 4), dtype=torch.int64, device=DEVICE)
     row, col = torch.zeros(0, dtype=torch.int64, device=DEVICE), torch.zeros(4, dtype=torch.int64, device=DEVICE)
-    assert decode_residues(c, mods, row, col).shape == (0, 4)
+    assert decode_residues(c, mods, row, col).shape == reference_decode(c, mods, row, col).shape == (0, 4)
 
 
 @pytest.mark.parametrize(
@@ -297,11 +308,12 @@ def test_subnormal_results_round_once(length, kept):
     got = decode_residues(c, mods, row, col)
     assert got.tolist() == [[math.ldexp(top, -1074), -math.ldexp(top, -1074)]]
     assert same_bits(got, reference_decode(c, mods, row, col))
+    assert same_bits(got, staged(c, mods, row, col))
 
 
 _PTX_SCRIPT = """
 import json, sys
-from kernels.decode import compile_ptx
+from kernels.crt import compile_ptx
 json.dump({name: compile_ptx(moduli) for name, moduli in json.loads(sys.argv[1]).items()}, open(sys.argv[2], "w"))
 """
 

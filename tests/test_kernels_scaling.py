@@ -1,5 +1,5 @@
-"""The extents kernel gives ``ozaki.scaling.row_extents`` integer for integer, on every kind
-of row, through any strides and any config; and the fused pipeline, which takes its bits and
+"""The extents kernel gives its plain reference and ``ozaki.scaling.row_extents`` integer for
+integer, on every kind of row, through any strides and any config; and the fused pipeline, which takes its bits and
 shifts from the kernel's extents, keeps the torch path's bits, shifts, p, q and plan."""
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_pipeline import _spread, fused_path  # noqa: F401  (fused_path is a fixture)
 
-import kernels.extents
+import kernels.scaling
 import ozaki
 import ozaki.catalog
-from kernels.extents import reference_row_extents, row_extents_kernel
+from kernels.scaling import reference_row_extents, row_extents_kernel
 from ozaki import pipeline
 from ozaki.residues import crt_capacity
-from ozaki.scaling import NO_SET_BIT, exact_bits_of, fixed_bits_of, row_shifts, shifts_of
+from ozaki.scaling import NO_SET_BIT, exact_bits_of, fixed_bits_of, row_extents, row_shifts, shifts_of
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 # The device set (`pytest -m gpu`): on a GPU these compile the kernels and check their bits.
@@ -92,8 +92,9 @@ CONFIGS = {"default": {}, "one-chunk": {"chunks": 1}, "small-tiles": {"block": (
 def test_kernel_equals_the_torch_extents(kind, shape, layout):
     rng = np.random.default_rng(zlib.crc32(f"{kind}-{shape}-{layout}".encode()))
     x = _layout(_family(rng, shape, kind), layout)
-    got, want = row_extents_kernel(x), reference_row_extents(x.contiguous())
+    got, want = row_extents_kernel(x), reference_row_extents(x)
     assert _same(got, want)
+    assert _same(got, row_extents(x.contiguous()))
     assert torch.equal(exact_bits_of(got), exact_bits_of(want))
 
 
@@ -104,7 +105,7 @@ def test_any_config_gives_the_same_extents(config, layout):
     rng = np.random.default_rng(zlib.crc32(f"{config}-{layout}".encode()))
     x = np.concatenate([_family(rng, (9, 45), kind) for kind in FAMILIES])
     t = _layout(x, layout)
-    assert _same(row_extents_kernel(t, **CONFIGS[config]), reference_row_extents(t.contiguous()))
+    assert _same(row_extents_kernel(t, **CONFIGS[config]), reference_row_extents(t))
 
 
 @settings(max_examples=40, deadline=None)
@@ -113,7 +114,9 @@ def test_kernel_equals_the_torch_extents_on_any_finite_rows(rows, k, data, colum
     values = data.draw(st.lists(st.floats(allow_nan=False, allow_infinity=False), min_size=rows * k,
                                 max_size=rows * k))
     x = _layout(np.array(values).reshape(rows, k), "columns" if columns else "rows")
-    assert _same(row_extents_kernel(x), reference_row_extents(x.contiguous()))
+    got = row_extents_kernel(x)
+    assert _same(got, reference_row_extents(x))
+    assert _same(got, row_extents(x.contiguous()))
 
 
 # (row, largest |x|, lowest set bit's exponent) from the definition, by hand.
@@ -133,6 +136,7 @@ def test_extents_follow_their_definition():
     width = max(len(row) for row, _, _ in _ROWS)
     x = torch.tensor([row + [0.0] * (width - len(row)) for row, _, _ in _ROWS], dtype=torch.float64, device=DEVICE)
     got = row_extents_kernel(x)
+    assert _same(got, reference_row_extents(x))
     assert got.row_max.tolist() == [largest for _, largest, _ in _ROWS]
     assert got.lowest_bit.tolist() == [lowest for _, _, lowest in _ROWS]
     assert got.has_nonzero.tolist() == [largest > 0 for _, largest, _ in _ROWS]
@@ -224,7 +228,7 @@ def test_fused_path_keeps_the_torch_stage_one(fused_path, monkeypatch, digits, a
 
     monkeypatch.setattr(pipeline, "_fused_by_row_blocks", recorded)
     read = []
-    monkeypatch.setattr(kernels.extents, "row_extents_kernel", lambda x: read.append(x) or row_extents_kernel(x))
+    monkeypatch.setattr(kernels.scaling, "row_extents_kernel", lambda x: read.append(x) or row_extents_kernel(x))
     got = fused_path(a, b, engine=digits, accuracy=accuracy)
     # One kernel pass over A, one over B's columns, read in place (Bᵀ is a view: unit row stride).
     assert [tuple(x.shape) for x in read] == [(m, k), (n, k)] and read[1].stride(0) == 1

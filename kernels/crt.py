@@ -38,8 +38,9 @@ entries per program every entry's limbs sit in one thread's registers, so pickin
 is a register move once the compiler folds the constant masks (the tests check the PTX for
 the absence of shared memory and shuffles).
 
-The bits are those of ``ozaki.crt.garner`` + ``ozaki.crt.round_to_float64`` (see
-:func:`reference_decode`), which the tests check entry for entry.
+The bits are those of :func:`reference_decode` (the CRT in exact integers, one correct
+rounding) and of the library's staged torch path (``ozaki.crt.garner`` +
+``ozaki.crt.round_to_float64``), which the tests check entry for entry.
 """
 
 from __future__ import annotations
@@ -54,9 +55,14 @@ import triton
 import triton.language as tl
 from triton.runtime.interpreter import InterpretedFunction
 
-from ozaki.crt import HALF_MODULUS_ERROR, garner, round_to_float64
+__all__ = ["DECODE_BLOCK", "DECODE_WARPS", "HALF_MODULUS_ERROR", "compile_ptx", "decode_residues", "reference_decode"]
 
-__all__ = ["DECODE_BLOCK", "DECODE_WARPS", "compile_ptx", "decode_residues", "reference_decode"]
+# Here, below both decoders (this kernel and ozaki.crt's staged path), so that they refuse
+# the class of M/2 for even M with one message.
+HALF_MODULUS_ERROR = (
+    "a CRT value is congruent to M/2 with M even: ±M/2 lie outside (−M/2, M/2), so the product "
+    "reaches M/2 in magnitude and the moduli's capacity is too small for these products"
+)
 
 # Entries per program and warps: every thread holds DECODE_BLOCK / (32 * DECODE_WARPS)
 # whole entries (all their limbs), see the module docstring.
@@ -214,7 +220,7 @@ def _decode_kernel(
     # 3. One rounding.
     magnitude = _round(limbs, offs_l, exponent, LIMB)
     # The sign goes in as a bit.  On the H200 the float select of -magnitude returned +0.0
-    # for a negative Y that underflows to zero (tests/test_kernels_decode.py, subnormal
+    # for a negative Y that underflows to zero (tests/test_kernels_crt.py, subnormal
     # exponents; the interpreter keeps -0.0): an integer OR leaves no float rule about
     # signed zeros for the compiler to relax.
     signed = magnitude.to(tl.int64, bitcast=True) | (negative.to(tl.int64) << 63)
@@ -353,9 +359,41 @@ def decode_residues(c: torch.Tensor, moduli: Sequence[int], row_exponent: torch.
 
 def reference_decode(c: torch.Tensor, moduli: Sequence[int], row_exponent: torch.Tensor,
                      col_exponent: torch.Tensor) -> torch.Tensor:
-    """What :func:`decode_residues` computes, through the staged torch CRT in ``ozaki.crt``."""
-    exponent = row_exponent[:, None] + col_exponent[None, :]
-    return round_to_float64(garner(c.to(torch.int64), moduli), moduli, exponent)
+    """What :func:`decode_residues` computes, in exact Python integers (small shapes): per
+    entry, the CRT integer Y in (-M/2, M/2) of the residues, raising
+    ``ValueError(HALF_MODULUS_ERROR)`` for the class of M/2 (even M), then
+    ``Y * 2**(row_exponent[r] + col_exponent[c])`` rounded once to nearest even."""
+    moduli = tuple(moduli)
+    residues = c.detach().cpu().to(torch.int64).tolist()
+    out = [[_rounded(_signed_crt([plane[r][j] for plane in residues], moduli), row + col)
+            for j, col in enumerate(col_exponent.tolist())]
+           for r, row in enumerate(row_exponent.tolist())]
+    return torch.tensor(out, dtype=torch.float64).reshape(c.shape[1:]).to(c.device)
+
+
+def _signed_crt(residues: list[int], moduli: tuple[int, ...]) -> int:
+    big = math.prod(moduli)
+    y = sum(r * (big // m) * pow(big // m, -1, m) for r, m in zip(residues, moduli)) % big
+    if 2 * y == big:
+        raise ValueError(HALF_MODULUS_ERROR)
+    return y - big if 2 * y > big else y
+
+
+def _rounded(y: int, exponent: int) -> float:
+    # int / int and float(int) round once to nearest even, subnormals included, and raise
+    # OverflowError past the largest float64.  Only exponents in a window around the float64
+    # range change the result (below it |y| * 2**exponent < 2**-1076 rounds to zero, above
+    # it |y| * 2**exponent >= 2**1025 overflows), so clamping keeps the shifts small.
+    if y == 0:
+        return 0.0
+    exponent = min(max(exponent, -1076 - y.bit_length()), 1025)
+    magnitude = abs(y)
+    try:
+        value = float(magnitude << exponent) if exponent >= 0 else magnitude / (1 << -exponent)
+    except OverflowError:
+        value = math.inf
+    # A negative Y keeps its sign even where the product underflows to zero (-0.0).
+    return -value if y < 0 else value
 
 
 def compile_ptx(moduli: Sequence[int], capability: int = 90) -> str:

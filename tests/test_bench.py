@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import logging
 import math
 from fractions import Fraction
 from types import SimpleNamespace
@@ -183,25 +182,22 @@ def test_projection_and_runtime_model_share_one_device_table():
     assert bench._device_list("h100,a100") == ("h100", "a100")
 
 
-def test_plan_and_path_are_read_from_the_debug_log(monkeypatch):
+def test_plan_and_path_are_read_from_the_calls_plan(monkeypatch):
     h200 = cost.profile_for("NVIDIA H200", (9, 0))
-    logger = logging.getLogger("ozaki")
-    before = logger.level, logger.propagate, list(logger.handlers)
     a, b = np.ones((4, 8)), np.ones((8, 3))
-    records = bench._recorded_call(lambda: ozaki.matmul(a, b, engine="reference"))
-    assert (logger.level, logger.propagate, logger.handlers) == before  # restored
-    assert records.plan.engine == "reference" and records.verdict is None
+    plan = ozaki.explain(a, b, engine="reference")
+    assert plan.moduli.engine == "reference" and plan.predicted is None
     case = SimpleNamespace(m=4, k=8, n=3)
-    row = bench._model_columns(case, records, h200)
-    plan = records.plan
-    want = cost.predict(h200, 4, 8, 3, digits="reference", planes=len(plan.moduli), moduli=len(plan.moduli))
+    row = bench._model_columns(case, plan, h200)
+    count = len(plan.moduli.moduli)
+    want = cost.predict(h200, 4, 8, 3, digits="reference", planes=count, moduli=count)
     assert row["path"] == "emulated" and row["model_s"] == want.total and row["model_encode_s"] == want.encode
     assert row["model_workspace_ratio"] == cost.workspace_bytes(
-        4, 8, 3, digits="reference", planes=len(plan.moduli), moduli=len(plan.moduli)) / (8 * (32 + 24 + 12))
+        4, 8, 3, digits="reference", planes=count, moduli=count) / (8 * (32 + 24 + 12))
 
     # engine="auto" on a device whose profile predicts DGEMM faster: native, decided before any plan.
     monkeypatch.setattr(planning, "_cost_profile", lambda device: h200)
-    records = bench._recorded_call(lambda: ozaki.matmul(a, b))
-    row = bench._model_columns(case, records, h200)
-    assert records.plan is None and row["path"] == "native"
-    assert row["model_s"] == records.verdict.emulated.total and "model_workspace_ratio" not in row
+    plan = ozaki.explain(a, b)
+    row = bench._model_columns(case, plan, h200)
+    assert plan.moduli is None and row["path"] == "native"
+    assert row["model_s"] == plan.predicted.emulated.total and "model_workspace_ratio" not in row

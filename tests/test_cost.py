@@ -198,8 +198,15 @@ def test_native_keeps_numpy_semantics(as_h200):
     assert ozaki.matmul(np.ones((2, 3, 2)), b).shape == (2, 3, 3)
 
 
-def test_the_plan_for_the_inputs_decides_too(as_h200, caplog):
-    # emulated_matmul checks again with the plan chosen for the inputs' bits.
+def test_the_plan_for_the_inputs_decides_too(as_h200, monkeypatch, caplog):
+    # Where the shape alone does not decide (here: made to emulate), the plan chosen for the
+    # inputs' bits is judged again.
+    judge = planning.native_verdict
+
+    def shape_says_emulate(*args):
+        return None if len(args) == 6 else judge(*args)
+
+    monkeypatch.setattr(planning, "native_verdict", shape_says_emulate)
     rng = np.random.default_rng(2)
     a, b = torch.from_numpy(_spread(rng, (8, 32))), torch.from_numpy(_spread(rng, (32, 8)))
     with caplog.at_level(logging.DEBUG, logger="ozaki"):

@@ -18,7 +18,7 @@ import kernels.scaling
 import ozaki
 import ozaki.catalog
 from kernels.scaling import reference_row_extents, row_extents_kernel
-from ozaki import pipeline
+from ozaki import pipeline, planning
 from ozaki.residues import crt_capacity
 from ozaki.scaling import NO_SET_BIT, exact_bits_of, fixed_bits_of, row_extents, row_shifts, shifts_of
 
@@ -184,7 +184,7 @@ def test_bits_and_shifts_from_the_kernel_extents(bits):
                      device=DEVICE)
     extents = row_extents_kernel(x)
     kept = fixed_bits_of(extents, bits)
-    assert torch.equal(kept, pipeline.row_bits(x, bits))
+    assert torch.equal(kept, planning.row_bits(x, bits))
     assert torch.equal(shifts_of(extents.row_max, kept), row_shifts(x, kept))
 
 
@@ -216,11 +216,11 @@ def test_fused_path_keeps_the_torch_stage_one(fused_path, monkeypatch, digits, a
     m, k, n = shape
     a, b = _operands(math.prod(shape), m, k, n, wide)
     with monkeypatch.context() as torch_only:  # the reference engine entirely in torch
-        torch_only.setattr(pipeline, "_kernels_available", lambda device: False)
+        torch_only.setattr(planning, "kernels_available", lambda device: False)
         reference = ozaki.matmul(a, b, engine="reference", accuracy=accuracy)
     asked, fused = [], pipeline._fused_by_row_blocks
-    choose = pipeline.choose_moduli
-    monkeypatch.setattr(pipeline, "choose_moduli", lambda *args: asked.append(args[2]) or choose(*args))
+    choose = planning.moduli_for
+    monkeypatch.setattr(planning, "moduli_for", lambda *args: asked.append(args[2]) or choose(*args))
 
     def recorded(a_, bt, shift_a, shift_b, plan):
         asked.append((shift_a, shift_b))
@@ -234,7 +234,7 @@ def test_fused_path_keeps_the_torch_stage_one(fused_path, monkeypatch, digits, a
     assert [tuple(x.shape) for x in read] == [(m, k), (n, k)] and read[1].stride(0) == 1
 
     ta, tbt = torch.from_numpy(a), torch.from_numpy(b).T
-    bits_a, bits_b = pipeline.row_bits(ta, accuracy), pipeline.row_bits(tbt, accuracy)
+    bits_a, bits_b = planning.row_bits(ta, accuracy), planning.row_bits(tbt, accuracy)
     assert asked[0] == crt_capacity(k, int(bits_a.max()), int(bits_b.max()))
     shift_a, shift_b = (shift.cpu() for shift in asked[1])
     assert torch.equal(shift_a, row_shifts(ta, bits_a)) and torch.equal(shift_b, row_shifts(tbt, bits_b))

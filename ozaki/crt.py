@@ -172,17 +172,17 @@ def _small_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.mm(a, b)
 
 
-def _negative(digits: torch.Tensor, half: torch.Tensor, even: bool) -> torch.Tensor:
+def _negative(mixed_radix: torch.Tensor, half: torch.Tensor, even: bool) -> torch.Tensor:
     """Y < 0, i.e. X > G, for digits (N, B): the sign of the most significant non-zero
     v_t − g_t (see the module docstring).  Raises where X = G and M is even."""
     # The top digit decides unless it ties, which needs X within P_{N−1} = M/m_{N−1} of G:
     # products far inside the capacity (X near 0 or M) never get that far.
-    negative = digits[-1] > half[-1]
-    tied = digits[-1] == half[-1]
+    negative = mixed_radix[-1] > half[-1]
+    tied = mixed_radix[-1] == half[-1]
     if bool(tied.any()):
         (index,) = tied.nonzero(as_tuple=True)
-        difference = digits[:, index] - half
-        positions = torch.arange(digits.shape[0], device=digits.device)[:, None]
+        difference = mixed_radix[:, index] - half
+        positions = torch.arange(mixed_radix.shape[0], device=mixed_radix.device)[:, None]
         # t = 0 where every difference is zero, and then v_0 − g_0 = 0 itself says X = G.
         top = torch.where(difference != 0, positions, 0).amax(dim=0)
         lead = difference.gather(0, top[None])[0]
@@ -192,14 +192,14 @@ def _negative(digits: torch.Tensor, half: torch.Tensor, even: bool) -> torch.Ten
     return negative
 
 
-def _signed_limbs(digits: torch.Tensor, limbs: _Limbs, zeros: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _signed_limbs(mixed_radix: torch.Tensor, limbs: _Limbs, zeros: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Limbs of |Y| under len(zeros) zero rows (shape (len(zeros) + L, B)) and Y < 0, for
     digits (N, B); ``zeros`` is int64 (pad, ≥ B), copied rather than filled per block (fill
     wakes the thread pool)."""
-    n = digits.shape[0]
-    negative = _negative(digits, limbs.half, limbs.even)
-    v = torch.empty((n + 1, digits.shape[1]), dtype=torch.float64, device=digits.device)
-    v[:n] = digits
+    n = mixed_radix.shape[0]
+    negative = _negative(mixed_radix, limbs.half, limbs.even)
+    v = torch.empty((n + 1, mixed_radix.shape[1]), dtype=torch.float64, device=mixed_radix.device)
+    v[:n] = mixed_radix
     v[n] = negative
     v[:n].mul_(v[n].mul(-2.0).add_(1.0))  # s = ±1
     # Limb c of |Y| before carries: Σ_i ±v_i·(limb c of P_i) (+ limb c of M), an integer
@@ -215,20 +215,20 @@ def _signed_limbs(digits: torch.Tensor, limbs: _Limbs, zeros: torch.Tensor) -> t
     return out, negative
 
 
-def signed_limbs(digits: torch.Tensor, moduli: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+def signed_limbs(mixed_radix: torch.Tensor, moduli: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
     """|Y| as little-endian 21-bit limbs (shape (L, ...)) and the sign (True where Y < 0),
     Y the representative in (−M/2, M/2) of the mixed-radix digits (see :func:`garner`).
 
     The sign is exact (a comparison of digits, see the module docstring); a ValueError says
     that a value is congruent to M/2 with M even, the one class with no such representative.
     """
-    flat = digits.reshape(digits.shape[0], -1)
-    nothing = torch.empty((0, flat.shape[1]), dtype=torch.int64, device=digits.device)
-    limbs, negative = _signed_limbs(flat, _limb_tensors(moduli, digits.device), nothing)
-    return limbs.reshape(-1, *digits.shape[1:]), negative.reshape(digits.shape[1:])
+    flat = mixed_radix.reshape(mixed_radix.shape[0], -1)
+    nothing = torch.empty((0, flat.shape[1]), dtype=torch.int64, device=mixed_radix.device)
+    limbs, negative = _signed_limbs(flat, _limb_tensors(moduli, mixed_radix.device), nothing)
+    return limbs.reshape(-1, *mixed_radix.shape[1:]), negative.reshape(mixed_radix.shape[1:])
 
 
-def signed_residues(digits: torch.Tensor, moduli: Sequence[int], targets: Sequence[int]) -> torch.Tensor:
+def signed_residues(mixed_radix: torch.Tensor, moduli: Sequence[int], targets: Sequence[int]) -> torch.Tensor:
     """Y mod r in [0, r) for each target modulus r, shape (len(targets), ...), int64, Y the
     representative in (−M/2, M/2) of the mixed-radix digits (as :func:`signed_limbs`): the CRT
     integer moved to other moduli without being formed (ozaki.bands adds band products so).
@@ -247,20 +247,20 @@ def signed_residues(digits: torch.Tensor, moduli: Sequence[int], targets: Sequen
             f"{len(moduli)} moduli up to {max(moduli)} into targets up to {max(targets)}: the sums reach "
             f"{bound} > 2^50, past floor_mod's exact range; use smaller moduli"
         )
-    limbs = _limb_tensors(moduli, digits.device)
+    limbs = _limb_tensors(moduli, mixed_radix.device)
     modulus = math.prod(moduli)
     weights = torch.tensor(
         [[w % r for w in _radix_weights(moduli)] + [-modulus % r] for r in targets],
-        dtype=torch.float64, device=digits.device,
+        dtype=torch.float64, device=mixed_radix.device,
     )
-    flat = digits.reshape(digits.shape[0], -1)
-    out = torch.empty((len(targets), flat.shape[1]), dtype=torch.int64, device=digits.device)
-    for block in blocks(flat.shape[1], len(targets) + len(moduli), digits.device):
+    flat = mixed_radix.reshape(mixed_radix.shape[0], -1)
+    out = torch.empty((len(targets), flat.shape[1]), dtype=torch.int64, device=mixed_radix.device)
+    for block in blocks(flat.shape[1], len(targets) + len(moduli), mixed_radix.device):
         v = torch.cat([flat[:, block], _negative(flat[:, block], limbs.half, limbs.even)[None]]).to(torch.float64)
         sums = _small_mm(weights, v)
         for t, r in enumerate(targets):
             out[t, block] = floor_mod(sums[t], r, out=sums[t])
-    return out.reshape(len(targets), *digits.shape[1:])
+    return out.reshape(len(targets), *mixed_radix.shape[1:])
 
 
 def _low_bits(x: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
@@ -268,7 +268,7 @@ def _low_bits(x: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
     return x & ((torch.ones_like(x) << count) - 1)
 
 
-def round_to_float64(digits: torch.Tensor, moduli: Sequence[int], exponent: torch.Tensor) -> torch.Tensor:
+def round_to_float64(mixed_radix: torch.Tensor, moduli: Sequence[int], exponent: torch.Tensor) -> torch.Tensor:
     """Y · 2^exponent rounded to float64 (nearest, ties to even), Y the signed CRT integer.
 
     Only the top four limbs (84 bits) can hold the 53 kept bits and the rounding bit; every
@@ -276,13 +276,13 @@ def round_to_float64(digits: torch.Tensor, moduli: Sequence[int], exponent: torc
     representative in (−M/2, M/2), as in :func:`signed_limbs` (which raises for the class of
     M/2 when M is even).  Runs block by block; each result depends on its own digits alone.
     """
-    limbs = _limb_tensors(moduli, digits.device)
-    shape = digits.shape[1:]
-    flat = digits.reshape(digits.shape[0], -1)
+    limbs = _limb_tensors(moduli, mixed_radix.device)
+    shape = mixed_radix.shape[1:]
+    flat = mixed_radix.reshape(mixed_radix.shape[0], -1)
     exponent = exponent.to(torch.int64).expand(shape).reshape(-1)
-    out = torch.empty(flat.shape[1], dtype=torch.float64, device=digits.device)
-    parts = blocks(flat.shape[1], _WINDOW + limbs.weights.shape[0], digits.device)
-    zeros = torch.zeros((_WINDOW - 1, parts[0].stop if parts else 0), dtype=torch.int64, device=digits.device)
+    out = torch.empty(flat.shape[1], dtype=torch.float64, device=mixed_radix.device)
+    parts = blocks(flat.shape[1], _WINDOW + limbs.weights.shape[0], mixed_radix.device)
+    zeros = torch.zeros((_WINDOW - 1, parts[0].stop if parts else 0), dtype=torch.int64, device=mixed_radix.device)
     for block in parts:
         magnitude, negative = _signed_limbs(flat[:, block], limbs, zeros)
         out[block] = _round_window(magnitude, negative, exponent[block])

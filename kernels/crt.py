@@ -108,8 +108,9 @@ def _round(limbs, offs_l, exponent, LIMB: tl.constexpr):
     # |Y| * 2**exponent rounded to nearest even, from the settled limbs of |Y|.  The top
     # four limbs (at least 64 bits under the top one's leading bit) hold the 53 kept bits
     # and the rounding bit; lower limbs only matter through the sticky bit.  high and low
-    # (two limbs each, at most 62 bits) and every shifted value stay inside int64.  A result under 2**-1022 keeps fewer bits (its last
-    # one weighs 2**-1074), so it is rounded once, straight to the subnormal grid.
+    # (two limbs each, at most 62 bits) and every shifted value stay inside int64.  A result
+    # under 2**-1022 keeps fewer bits (its last one weighs 2**-1074), so it is rounded once,
+    # straight to the subnormal grid.
     nonzero = limbs != 0
     top = tl.max(tl.where(nonzero, offs_l[:, None], 0), axis=0)
     bottom = tl.maximum(top - 3, 0)

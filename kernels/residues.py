@@ -220,9 +220,9 @@ def compile_ptx(capability: int = 90) -> str:
     """PTX of the encode kernel on ``sm_<capability>``, compiled without a GPU (int8 planes,
     unit K stride as for A).  Needs a process without ``TRITON_INTERPRET=1`` (see
     :func:`kernels.ptx.compile_kernel`)."""
-    pointers = {"x_ptr": "*fp64", "shift_ptr": "*i32", "modulus_ptr": "*fp64", "inverse64_ptr": "*fp64", "split_ptr": "*fp64",
-                "inverse32_ptr": "*fp32", "offset_ptr": "*fp32", "pow_ptr": "*fp32", "out_ptr": "*i8",
-                "table_ptr": "*i8"}
+    pointers = {"x_ptr": "*fp64", "shift_ptr": "*i32", "modulus_ptr": "*fp64", "inverse64_ptr": "*fp64",
+                "split_ptr": "*fp64", "inverse32_ptr": "*fp32", "offset_ptr": "*fp32", "pow_ptr": "*fp32",
+                "out_ptr": "*i8", "table_ptr": "*i8"}
     constexprs = {"BLOCK_R": ENCODE_BLOCK[0], "BLOCK_K": ENCODE_BLOCK[1], "SPLIT_BITS": _SPLIT_BITS, "stride_xk": 1}
     signature = {name: pointers.get(name, "*i32" if name.endswith("_ptr") else "i32")
                  for name in _encode_kernel.arg_names}

@@ -2,8 +2,9 @@
 
 One module per pipeline stage, named as ozaki's (``scaling``, ``residues``, ``products``,
 ``crt``), each holding its kernel, launcher, configurations and the plain reference it is
-tested against; the chained-MMA sums (``tc_sum``); the autotuner; and the bitwise checker
-(``kernels.check``, the ``ozaki-check`` tool).  Import what you need from the module that
-holds it: the package itself loads nothing, so ``kernels.digits`` (the digit sets, shared
-with the formats and the search engine) loads without torch or Triton.
+tested against; the chained-MMA sums (``tc_sum``); the autotuner; compilation to PTX
+without a GPU (``ptx``); and the bitwise checker (``kernels.check``, the ``ozaki-check``
+tool).  Import what you need from the module that holds it: the package itself loads
+nothing, so ``kernels.digits`` (the digit sets, shared with the formats and the search
+engine) loads without torch or Triton.
 """

@@ -3,6 +3,9 @@
 A kernel's default configuration fixes its bits.  The checker (``kernels.check``) partitions every
 kernel's configurations into classes that return the same bits on every input; the tuner times the
 members of the default's class alone, so whichever wins, the result is bit for bit the default's.
+The tuner reads those classes as data, ``kernels/classes.json``, which the checker writes
+(``ozaki-check classes --write``) and a test keeps equal to what it computes: a product never
+loads the checker.
 Timing happens once per workload key on CUDA (``triton.testing.do_bench``, median) and the winner is
 cached in-process.  On the CPU the kernels run in Triton's interpreter, whose timings say nothing
 about a GPU, so the default is returned untimed; so it is on GPUs the descriptors do not model,
@@ -13,19 +16,21 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import logging
 import os
 import threading
 from collections.abc import Callable, Hashable, Sequence
+from pathlib import Path
 
 import torch
 import triton.testing
 from triton.runtime.errors import OutOfResources
 
-from kernels.check import equivalent_configs, families
-from kernels.check.run import target_for
+__all__ = ["CLASSES_FILE", "best_config", "candidates", "clear_cache", "target_for", "tuned_plane_config"]
 
-__all__ = ["best_config", "candidates", "clear_cache", "tuned_plane_config"]
+# {target: {kernel: {"configs": [...], "classes": [[index, ...], ...]}}}, written by the checker.
+CLASSES_FILE = Path(__file__).with_name("classes.json")
 
 _log = logging.getLogger("ozaki.kernels")
 
@@ -46,20 +51,43 @@ def _freeze(config: dict) -> tuple:
     return tuple(sorted(config.items()))
 
 
+@functools.cache
+def _proven_classes() -> dict:
+    return json.loads(CLASSES_FILE.read_text())
+
+
+def target_for(device) -> str:
+    """The checker target whose classes apply to kernels running on `device`."""
+    device = torch.device(device)
+    if device.type == "cpu":
+        return "interpreter"
+    capability = torch.cuda.get_device_capability(device)
+    if capability != (9, 0):
+        raise ValueError(f"descriptors model sm_90 only; {device} is sm_{capability[0]}{capability[1]}")
+    return "sm_90"
+
+
 @functools.lru_cache(maxsize=None)
 def _class_of(name: str, default: tuple | None, target: str) -> tuple[tuple, tuple[tuple, ...]]:
     """(default, its class) for kernel `name` on `target`, configurations frozen; default None means
-    the family's first configuration."""
-    if default is None:
-        family = next((f for f in families(target) if f.name == name), None)
-        if family is None:
-            raise ValueError(f"unknown kernel {name!r}; known: {[f.name for f in families(target)]}")
-        default = _freeze(family.configs[0])
-    return default, tuple(_freeze(c) for c in equivalent_configs(name, dict(default), target))
+    the kernel's first configuration."""
+    proven = _proven_classes()
+    if target not in proven:
+        raise ValueError(f"unknown target {target!r}; known: {sorted(proven)}")
+    entry = proven[target].get(name)
+    if entry is None:
+        raise ValueError(f"unknown kernel {name!r}; known: {sorted(proven[target])}")
+    configs = [_freeze(c) for c in entry["configs"]]
+    default = configs[0] if default is None else default
+    if default not in configs:
+        raise ValueError(f"{dict(default)!r} is not a configuration of {name} in {CLASSES_FILE.name}: pick one from "
+                         f"its configs list (after changing a kernel's configurations, `ozaki-check classes --write`)")
+    index = configs.index(default)
+    return default, tuple(configs[i] for i in next(c for c in entry["classes"] if index in c))
 
 
 def candidates(name: str, default: dict | None = None, *, target: str = "sm_90") -> list[dict]:
-    """The configurations of kernel `name` (a ``kernels.check.families()`` name such as
+    """The configurations of kernel `name` (a kernel of ``kernels/classes.json`` such as
     ``"tc_sum.float16"``) proven to give the bits of `default` (its family's first configuration
     when None) on `target`: exactly the set the tuner may choose from."""
     _, members = _class_of(name, None if default is None else _freeze(default), target)
@@ -115,7 +143,7 @@ def best_config(
 ) -> dict:
     """The fastest configuration of kernel `name` that gives the bits of `default` on `device`.
 
-    name: a ``kernels.check.families()`` name (``"tc_sum.bfloat16"``, ``"modular_matmul.e4m3"``).
+    name: a kernel of ``kernels/classes.json`` (``"tc_sum.bfloat16"``, ``"modular_matmul.e4m3"``).
     run(config): launches the kernel once with config (a dict, as the checker lists them) on
     representative data of the workload.  key: hashable; with name, device and default it must
     identify the workload, so include every shape, dtype and operand that run's cost or admits'

@@ -53,7 +53,8 @@ from typing import NamedTuple
 import torch
 import triton
 import triton.language as tl
-from triton.runtime.interpreter import InterpretedFunction
+
+from kernels import ptx
 
 __all__ = ["DECODE_BLOCK", "DECODE_WARPS", "HALF_MODULUS_ERROR", "compile_ptx", "decode_residues", "reference_decode"]
 
@@ -107,8 +108,9 @@ def _round(limbs, offs_l, exponent, LIMB: tl.constexpr):
     # |Y| * 2**exponent rounded to nearest even, from the settled limbs of |Y|.  The top
     # four limbs (at least 64 bits under the top one's leading bit) hold the 53 kept bits
     # and the rounding bit; lower limbs only matter through the sticky bit.  high and low
-    # (two limbs each, at most 62 bits) and every shifted value stay inside int64.  A result under 2**-1022 keeps fewer bits (its last
-    # one weighs 2**-1074), so it is rounded once, straight to the subnormal grid.
+    # (two limbs each, at most 62 bits) and every shifted value stay inside int64.  A result
+    # under 2**-1022 keeps fewer bits (its last one weighs 2**-1074), so it is rounded once,
+    # straight to the subnormal grid.
     nonzero = limbs != 0
     top = tl.max(tl.where(nonzero, offs_l[:, None], 0), axis=0)
     bottom = tl.maximum(top - 3, 0)
@@ -398,15 +400,8 @@ def _rounded(y: int, exponent: int) -> float:
 
 def compile_ptx(moduli: Sequence[int], capability: int = 90) -> str:
     """PTX of the decode kernel for ``moduli`` on ``sm_<capability>``, compiled without a
-    GPU (int32 residues, unit column stride).
-
-    Needs compiled kernels: under ``TRITON_INTERPRET=1`` the kernel is an interpreter
-    object, so run this in a process without that variable."""
-    if isinstance(_decode_kernel, InterpretedFunction):
-        raise RuntimeError("compile_ptx needs compiled kernels: run it in a process without TRITON_INTERPRET=1")
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
+    GPU (int32 residues, unit column stride).  Needs a process without
+    ``TRITON_INTERPRET=1`` (see :func:`kernels.ptx.compile_kernel`)."""
     layout = _constants(tuple(moduli))[0]
     constexprs = _constexprs(len(moduli), layout)
     pointers = {"c_ptr": "*i32", "fraction_ptr": "*fp64", "weight_limb_ptr": "*fp64", "modulus_limb_ptr": "*fp64",
@@ -417,6 +412,4 @@ def compile_ptx(moduli: Sequence[int], capability: int = 90) -> str:
     signature["stride_cc"] = "constexpr"
     constexprs["stride_cc"] = 1
     signature.update({name: "constexpr" for name in _constexprs(len(moduli), layout)})
-    source = ASTSource(_decode_kernel, signature, constexprs)
-    compiled = triton.compile(source, target=GPUTarget("cuda", capability, 32), options={"num_warps": DECODE_WARPS})
-    return compiled.asm["ptx"]
+    return ptx.compile_ptx(_decode_kernel, signature, constexprs, capability=capability, num_warps=DECODE_WARPS)

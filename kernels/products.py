@@ -38,6 +38,7 @@ import triton.language as tl
 from triton.runtime.interpreter import InterpretedFunction
 from triton.tools.tensor_descriptor import TensorDescriptor
 
+from kernels import ptx
 from kernels.digits import digit_set
 
 __all__ = [
@@ -595,17 +596,10 @@ def reference_modular_matmul(a_planes: torch.Tensor, b_planes: torch.Tensor, coe
 def compile_ptx(operand: str, capability: int, config: PlaneGemmConfig, *, single_flush: bool = True,
                 small_moduli: bool = True) -> str:
     """PTX of the plane GEMM for ``operand`` on ``sm_<capability>``, compiled without a GPU
-    (``small_moduli``: every modulus below 2**15, the 32-bit residue arithmetic).
-
-    Needs compiled kernels: under ``TRITON_INTERPRET=1`` the kernel is an interpreter
-    object, so run this in a process without that variable."""
+    (``small_moduli``: every modulus below 2**15, the 32-bit residue arithmetic).  Needs a
+    process without ``TRITON_INTERPRET=1`` (see :func:`kernels.ptx.compile_kernel`)."""
     if operand not in OPERANDS:
         raise ValueError(f"unknown operand {operand!r}; known: {', '.join(OPERANDS)}")
-    if isinstance(_plane_gemm_kernel, InterpretedFunction):
-        raise RuntimeError("compile_ptx needs compiled kernels: run it in a process without TRITON_INTERPRET=1")
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
     constexprs = dict(OPERAND=operand, SINGLE_FLUSH=single_flush, SMALL_MODULI=small_moduli, USE_TMA=config.tma,
                       BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
                       GROUP_M=config.group_m, IMPRECISE_WINDOW=config.imprecise_window)
@@ -623,8 +617,5 @@ def compile_ptx(operand: str, capability: int, config: PlaneGemmConfig, *, singl
     # What a launch specializes: 16-byte aligned pointers, row strides (K padded to whole
     # blocks) divisible by 16.
     aligned = [name for name, kind in signature.items() if kind.startswith("*")] + ["stride_a", "stride_b"]
-    attrs = {(_plane_gemm_kernel.arg_names.index(name),): [["tt.divisibility", 16]] for name in aligned}
-    source = ASTSource(_plane_gemm_kernel, signature, constexprs, attrs)
-    compiled = triton.compile(source, target=GPUTarget("cuda", capability, 32),
-                              options={"num_warps": config.num_warps, "num_stages": config.num_stages})
-    return compiled.asm["ptx"]
+    return ptx.compile_ptx(_plane_gemm_kernel, signature, constexprs, divisible=aligned, capability=capability,
+                           num_warps=config.num_warps, num_stages=config.num_stages)

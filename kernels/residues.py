@@ -27,7 +27,8 @@ from functools import lru_cache
 import torch
 import triton
 import triton.language as tl
-from triton.runtime.interpreter import InterpretedFunction
+
+from kernels import ptx
 
 __all__ = ["ENCODE_BLOCK", "MAX_MODULUS", "MAX_SHIFT", "compile_ptx", "encode_planes"]
 
@@ -217,21 +218,13 @@ def encode_planes(x: torch.Tensor, shift: torch.Tensor, encodings: Sequence, sid
 
 def compile_ptx(capability: int = 90) -> str:
     """PTX of the encode kernel on ``sm_<capability>``, compiled without a GPU (int8 planes,
-    unit K stride as for A).
-
-    Needs compiled kernels: under ``TRITON_INTERPRET=1`` the kernel is an interpreter
-    object, so run this in a process without that variable."""
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    if isinstance(_encode_kernel, InterpretedFunction):
-        raise RuntimeError("compile_ptx needs compiled kernels: run it in a process without TRITON_INTERPRET=1")
-    pointers = {"x_ptr": "*fp64", "shift_ptr": "*i32", "modulus_ptr": "*fp64", "inverse64_ptr": "*fp64", "split_ptr": "*fp64",
-                "inverse32_ptr": "*fp32", "offset_ptr": "*fp32", "pow_ptr": "*fp32", "out_ptr": "*i8",
-                "table_ptr": "*i8"}
+    unit K stride as for A).  Needs a process without ``TRITON_INTERPRET=1`` (see
+    :func:`kernels.ptx.compile_kernel`)."""
+    pointers = {"x_ptr": "*fp64", "shift_ptr": "*i32", "modulus_ptr": "*fp64", "inverse64_ptr": "*fp64",
+                "split_ptr": "*fp64", "inverse32_ptr": "*fp32", "offset_ptr": "*fp32", "pow_ptr": "*fp32",
+                "out_ptr": "*i8", "table_ptr": "*i8"}
     constexprs = {"BLOCK_R": ENCODE_BLOCK[0], "BLOCK_K": ENCODE_BLOCK[1], "SPLIT_BITS": _SPLIT_BITS, "stride_xk": 1}
     signature = {name: pointers.get(name, "*i32" if name.endswith("_ptr") else "i32")
                  for name in _encode_kernel.arg_names}
     signature.update({name: "constexpr" for name in constexprs})
-    source = ASTSource(_encode_kernel, signature, constexprs)
-    return triton.compile(source, target=GPUTarget("cuda", capability, 32)).asm["ptx"]
+    return ptx.compile_ptx(_encode_kernel, signature, constexprs, capability=capability)

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
-from triton.runtime.interpreter import InterpretedFunction
+
+from kernels import ptx
 
 __all__ = ["EXTENTS_BLOCK", "EXTENTS_WARPS", "NO_SET_BIT", "Extents", "compile_ptx", "reference_row_extents",
            "row_extents_kernel"]
@@ -168,25 +169,15 @@ def compile_ptx(capability: int = 90, operand: str = "a", aligned: bool = True) 
     operand's unit stride: "a" reads K contiguous (rows of A), "b" rows contiguous (Bᵀ).
     ``aligned`` specializes as the launch does for 16-byte aligned data (torch's allocations)
     with rows, K and the other stride multiples of 16 (n = 16384): the case where the
-    unit-stride axis, fastest in the layout, is read in vector loads.
-
-    Needs compiled kernels: under ``TRITON_INTERPRET=1`` the kernel is an interpreter
-    object, so run this in a process without that variable."""
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    if isinstance(_extents_kernel, InterpretedFunction):
-        raise RuntimeError("compile_ptx needs compiled kernels: run it in a process without TRITON_INTERPRET=1")
+    unit-stride axis, fastest in the layout, is read in vector loads.  Needs a process
+    without ``TRITON_INTERPRET=1`` (see :func:`kernels.ptx.compile_kernel`)."""
     unit, other = {"a": ("stride_xk", "stride_xr"), "b": ("stride_xr", "stride_xk")}.get(operand, (None, None))
     if unit is None:
         raise ValueError(f"operand must be 'a' or 'b', got {operand!r}")
-    names = list(_extents_kernel.arg_names)
     pointers = {"x_ptr": "*fp64", "max_ptr": "*i64", "lowest_ptr": "*i32"}
     constexprs = {"BLOCK_K": EXTENTS_BLOCK[0], "BLOCK_R": EXTENTS_BLOCK[1], unit: 1}
-    signature = {name: pointers.get(name, "i32") for name in names}
+    signature = {name: pointers.get(name, "i32") for name in _extents_kernel.arg_names}
     signature.update({name: "constexpr" for name in constexprs})
     divisible = [*pointers, "rows", "K", other, "k_chunk"] if aligned else []
-    attrs = {(names.index(name),): [["tt.divisibility", 16]] for name in divisible}
-    source = ASTSource(_extents_kernel, signature, constexprs, attrs=attrs)
-    options = {"num_warps": EXTENTS_WARPS}
-    return triton.compile(source, target=GPUTarget("cuda", capability, 32), options=options).asm["ptx"]
+    return ptx.compile_ptx(_extents_kernel, signature, constexprs, divisible=divisible, capability=capability,
+                           num_warps=EXTENTS_WARPS)

@@ -5,9 +5,14 @@ target (``_tuning_target``) and replacing ``triton.testing.do_bench`` with a scr
 """
 
 import dataclasses
+import json
 import logging
+import os
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -18,13 +23,14 @@ from test_kernels_products import needs_dot_scaled
 from triton.runtime.errors import OutOfResources
 
 from kernels import autotune
-from kernels.autotune import best_config, candidates, clear_cache, tuned_plane_config
-from kernels.check import classes_report
-from kernels.check.run import target_for, tc_sum_probe
+from kernels.autotune import CLASSES_FILE, best_config, candidates, clear_cache, target_for, tuned_plane_config
+from kernels.check import classes_report, proven_classes
+from kernels.check.run import tc_sum_probe
 from kernels.products import CONFIGS, plan_chunk
 from kernels.tc_sum import TC_SUM_CONFIGS, segment_length, tc_sum
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+ROOT = Path(__file__).resolve().parents[1]
 REPORTS = {target: classes_report(target)["kernels"] for target in ("sm_90", "interpreter")}
 ORDER_CHANGING = 6  # TC_SUM_CONFIGS[6] doubles the segment: float sums regroup
 
@@ -183,6 +189,29 @@ def test_concurrent_requests_tune_once(fake_gpu):
         thread.join()
     assert results == [TC_SUM_CONFIGS[3]] * 8
     assert sorted(clock.timed) == sorted(_class("sm_90", "tc_sum.bfloat16", 0))
+
+
+def test_the_classes_file_is_what_the_checker_proves():
+    # The tuner reads kernels/classes.json rather than loading the checker; after a change to any
+    # kernel's configurations or descriptors, regenerate it with `ozaki-check classes --write`.
+    assert json.loads(CLASSES_FILE.read_text()) == json.loads(json.dumps(proven_classes()))
+
+
+_RUNTIME_SCRIPT = """
+import sys
+from kernels.autotune import tuned_plane_config
+tuned_plane_config("int8", 16, 16, 128, 1, 1, "cpu")
+print(sorted(m for m in sys.modules if m.startswith("kernels.check")))
+"""
+
+
+def test_tuning_a_product_does_not_load_the_checker():
+    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=path)
+    done = subprocess.run([sys.executable, "-c", _RUNTIME_SCRIPT], env=env, cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert done.stdout.split() == ["[]"]
 
 
 def test_the_cpu_returns_the_default_untimed(monkeypatch, caplog):

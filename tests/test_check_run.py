@@ -8,6 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kernels.autotune import target_for
 from kernels.check import classes, families
 from kernels.check.cli import main
 from kernels.check.run import (
@@ -17,7 +18,6 @@ from kernels.check.run import (
     launchable,
     plane_gemm_probe,
     run_checks,
-    target_for,
     tc_sum_probe,
 )
 from kernels.tc_sum import segment_length

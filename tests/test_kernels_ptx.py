@@ -142,3 +142,15 @@ def test_extents_kernel_reads_both_operands_coalesced_without_spills(tmp_path):
         # One atomic per row and chunk: the int64 pattern's max, the int32 lowest bit's min.
         assert re.search(r"atom\.global\S*\.max\.s64", text) and re.search(r"atom\.global\S*\.min\.s32", text)
         assert ("ld.global.v2.b64" in text) == aligned, (operand, aligned)
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET", "0") in ("", "0"), reason="the interpreter's refusal")
+def test_compiling_under_the_interpreter_raises_clearly():
+    from kernels import crt, residues, scaling
+
+    from kernels.products import compile_ptx as plane_gemm_ptx
+
+    for compile_ptx in (scaling.compile_ptx, residues.compile_ptx, lambda: crt.compile_ptx([7, 8, 9]),
+                        lambda: plane_gemm_ptx("int8", 90, VARIANTS["int8-pointer"][2])):
+        with pytest.raises(RuntimeError, match="without TRITON_INTERPRET=1"):
+            compile_ptx()

@@ -12,7 +12,7 @@ import torch
 
 from kernels.check.descriptor import TARGETS, Descriptor, describe_plane_gemm, describe_tc_sum
 
-__all__ = ["TC_SUM_TYPES", "Family", "families", "classes", "classes_report", "equivalent_configs"]
+__all__ = ["TC_SUM_TYPES", "Family", "families", "classes", "classes_report", "equivalent_configs", "proven_classes"]
 
 TC_SUM_TYPES = {
     "int8": torch.int8,
@@ -146,3 +146,12 @@ def equivalent_configs(name, config, target="sm_90"):
         raise ValueError(f"{config!r} is not a configuration of {name}: pick one from its configs list")
     index = family.configs.index(config)
     return [family.configs[i] for i in next(c for c in classes(family) if index in c)]
+
+
+def proven_classes():
+    """What the autotuner reads (``kernels/classes.json``, written by ``ozaki-check classes --write``):
+    per target and kernel, its configurations and their classes as lists of indices."""
+    return {
+        target: {f.name: {"configs": [dict(c) for c in f.configs], "classes": classes(f)} for f in families(target)}
+        for target in TARGETS
+    }

@@ -1,6 +1,6 @@
 """`ozaki-check`: bit-equivalence classes, PTX checks and dynamic bit comparison of kernel configurations.
 
-  ozaki-check classes [--json] [--target sm_90|interpreter]
+  ozaki-check classes [--json] [--target sm_90|interpreter] [--write]
   ozaki-check ptx [--json] [--kernel NAME ...]
   ozaki-check run [--json] [--kernel NAME ...] [--seed N] [--jobs N]
 
@@ -29,8 +29,14 @@ def _interpreted():
 
 
 def _classes(args):
-    from kernels.check.classes import classes, classes_report, families
+    from kernels.check.classes import classes, classes_report, families, proven_classes
 
+    if args.write:
+        from kernels.autotune import CLASSES_FILE
+
+        CLASSES_FILE.write_text(json.dumps(proven_classes(), indent=1) + "\n")
+        print(f"wrote {CLASSES_FILE}")
+        return 0
     if args.json:
         print(json.dumps(classes_report(args.target), indent=1))
         return 0
@@ -99,6 +105,8 @@ def main(argv=None):
     classes = commands.add_parser("classes", help="bit-equivalence classes of every kernel's configurations")
     classes.add_argument("--json", action="store_true")
     classes.add_argument("--target", default="sm_90", choices=("sm_90", "interpreter"))
+    classes.add_argument("--write", action="store_true",
+                         help="write every target's classes to kernels/classes.json, which the autotuner reads")
     ptx = commands.add_parser("ptx", help="compile for sm_90 and match the PTX to each descriptor")
     ptx.add_argument("--json", action="store_true")
     ptx.add_argument("--kernel", action="append", help="a kernel family, e.g. tc_sum.float16 (repeatable)")

@@ -123,13 +123,11 @@ def _local_bytes(cubin):
 def _compile(fn, signature, constexprs, num_warps, num_stages):
     """PTX summary plus shared and local memory of `fn` compiled for sm_90 as a launch on 16-aligned
     pointers and sizes specialises it (the fast path, with software pipelining)."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+    from kernels.ptx import compile_kernel
 
-    aligned = {(i,): [["tt.divisibility", 16]] for i, kind in enumerate(signature.values()) if kind != "constexpr"}
-    compiled = triton.compile(ASTSource(fn, signature, constexprs, aligned), target=GPUTarget("cuda", 90, 32),
-                              options={"num_warps": num_warps, "num_stages": num_stages})
+    aligned = [name for name, kind in signature.items() if kind != "constexpr"]
+    compiled = compile_kernel(fn, signature, constexprs, divisible=aligned, capability=90, num_warps=num_warps,
+                              num_stages=num_stages)
     return dict(summarize(compiled.asm["ptx"]), shared=compiled.metadata.shared,
                 local=_local_bytes(compiled.asm["cubin"]))
 

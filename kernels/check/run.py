@@ -16,11 +16,11 @@ import multiprocessing
 
 import torch
 
+from kernels.autotune import target_for
 from kernels.check.classes import TC_SUM_TYPES, classes, families
 from kernels.products import INTERPRETER_OPERANDS
 
-__all__ = ["PROBES", "PLANE_PROBES", "check_family", "plane_gemm_probe", "run_checks", "target_for",
-           "tc_sum_probe"]
+__all__ = ["PROBES", "PLANE_PROBES", "check_family", "plane_gemm_probe", "run_checks", "tc_sum_probe"]
 
 PROBES = ("exponent-spread", "cancellation", "integer")
 PLANE_PROBES = ("extremes", "alternating", "random")
@@ -29,17 +29,6 @@ _PLANE_MODULUS = 2**31 - 1
 
 # Exponent ranges (normal numbers, and room left in fp32 for a row of sums) per operand type.
 _EXPONENTS = {torch.float8_e4m3fn: (-6, 8), torch.float16: (-14, 15), torch.bfloat16: (-60, 60)}
-
-
-def target_for(device):
-    """The descriptor target whose classes apply to kernels running on `device`."""
-    device = torch.device(device)
-    if device.type == "cpu":
-        return "interpreter"
-    capability = torch.cuda.get_device_capability(device)
-    if capability != (9, 0):
-        raise ValueError(f"descriptors model sm_90 only; {device} is sm_{capability[0]}{capability[1]}")
-    return "sm_90"
 
 
 def _signed(shape, generator):

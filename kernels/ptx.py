@@ -1,0 +1,49 @@
+"""A kernel compiled for a CUDA target without a GPU: the one recipe behind every stage
+module's ``compile_ptx`` and the checker's static check (``kernels.check.ptx``).
+
+Each caller keeps what is specific to its kernel: the Triton type of every argument, the
+constexprs, and which arguments a launch specializes as multiples of 16.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from triton.runtime.interpreter import InterpretedFunction
+
+__all__ = ["compile_kernel", "compile_ptx"]
+
+
+def compile_kernel(fn, signature: Mapping[str, str], constexprs: Mapping[str, object], *,
+                   divisible: Iterable[str] = (), capability: int = 90, **options):
+    """``fn`` (a ``@triton.jit`` kernel) compiled for ``sm_<capability>``: Triton's compiled
+    kernel, whose ``asm`` holds the PTX and the cubin and ``metadata`` the shared memory.
+
+    ``signature`` gives every argument its Triton type (``"*fp64"``, ``"i32"``, ...;
+    ``"constexpr"`` for those in ``constexprs``).  ``divisible`` names the arguments to
+    compile as multiples of 16, as a launch specializes them for 16-byte aligned pointers
+    (torch's allocations) and sizes or strides that are; that is what enables vector loads.
+    ``options`` are Triton's compile options (``num_warps``, ``num_stages``).
+
+    Needs compiled kernels: under ``TRITON_INTERPRET=1`` every kernel is an interpreter
+    object, so run this in a process without that variable."""
+    if isinstance(fn, InterpretedFunction):
+        raise RuntimeError("compiling a kernel for a GPU target needs compiled kernels: "
+                           "run it in a process without TRITON_INTERPRET=1")
+    names, divisible = list(fn.arg_names), list(divisible)
+    unknown = sorted(set(divisible) - set(names))
+    if unknown:
+        raise ValueError(f"divisible names {unknown}, which are not arguments of the kernel")
+    attrs = {(names.index(name),): [["tt.divisibility", 16]] for name in divisible}
+    source = ASTSource(fn, dict(signature), dict(constexprs), attrs)
+    return triton.compile(source, target=GPUTarget("cuda", capability, 32), options=options)
+
+
+def compile_ptx(fn, signature: Mapping[str, str], constexprs: Mapping[str, object], *,
+                divisible: Iterable[str] = (), capability: int = 90, **options) -> str:
+    """The PTX of :func:`compile_kernel`."""
+    return compile_kernel(fn, signature, constexprs, divisible=divisible, capability=capability,
+                          **options).asm["ptx"]

@@ -55,6 +55,7 @@ import triton
 import triton.language as tl
 
 from kernels import ptx
+from kernels.float64 import FLOAT64_EXACT
 
 __all__ = ["DECODE_BLOCK", "DECODE_WARPS", "HALF_MODULUS_ERROR", "compile_ptx", "decode_residues", "reference_decode"]
 
@@ -73,7 +74,6 @@ DECODE_WARPS = 4
 # 53 kept and the rounding bit); two limbs of at most 31 bits fit one int64 in _round.
 _MIN_LIMB_BITS = 21
 _MAX_LIMB_BITS = 31
-_FLOAT64_EXACT = 2**53
 # Exponent sums saturate at +-2**34 in the kernel; see the proof there.
 _EXPONENT_CLAMP = 2**34
 
@@ -251,7 +251,7 @@ def _constants(moduli: tuple[int, ...]) -> tuple[_Layout, dict[str, torch.Tensor
     # E + 1/2 rounds.  Every partial sum of S_l, the q * limb_l(M) term included, is then an
     # integer of magnitude at most 2 * spread * (2**b - 1), exact in float64 below 2**53.
     spread = sum(m - 1 for m in moduli)
-    widths = [b for b in range(_MIN_LIMB_BITS, _MAX_LIMB_BITS + 1) if 2 * spread * ((1 << b) - 1) < _FLOAT64_EXACT]
+    widths = [b for b in range(_MIN_LIMB_BITS, _MAX_LIMB_BITS + 1) if 2 * spread * ((1 << b) - 1) < FLOAT64_EXACT]
     if not widths:
         raise ValueError(
             f"moduli sum(m - 1) = {spread}: the limb sums 2 * sum(m - 1) * (2**{_MIN_LIMB_BITS} - 1) reach 2**53 "

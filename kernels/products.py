@@ -40,6 +40,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from kernels import ptx
 from kernels.digits import digit_set
+from kernels.float64 import FLOAT64_EXACT
 
 __all__ = [
     "CONFIGS",
@@ -581,7 +582,7 @@ def reference_modular_matmul(a_planes: torch.Tensor, b_planes: torch.Tensor, coe
     total = None
     for a, b, c in zip(a_planes, b_planes, coefficients):
         bound = _max_abs(a) * _max_abs(b) * a.shape[-1]
-        if bound <= 2**53:
+        if bound <= FLOAT64_EXACT:
             product = (a.double() @ b.double().transpose(-1, -2)).long()
         elif bound >= 2**63:
             raise ValueError(f"K x max|a| x max|b| = {bound} overflows int64: the reference takes planes of "

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import torch
 
+from kernels.float64 import MAX_EXPONENT, MIN_NORMAL_EXPONENT
+
 __all__ = ["BLOCK", "FLOOR_MOD_LIMIT", "blocks", "floor_mod", "ldexp", "pow2", "round_"]
 
-_MIN_NORMAL_EXPONENT = -1022
-_MAX_EXPONENT = 1023
 
 BLOCK = 1 << 15
 
@@ -32,7 +32,7 @@ FLOOR_MOD_LIMIT = 2**50
 
 def pow2(e: torch.Tensor) -> torch.Tensor:
     """2^e as float64 for integer e in [-1022, 1023] (values outside are clamped)."""
-    e = e.to(torch.int64).clamp(_MIN_NORMAL_EXPONENT, _MAX_EXPONENT)
+    e = e.to(torch.int64).clamp(MIN_NORMAL_EXPONENT, MAX_EXPONENT)
     return ((e + 1023) << 52).view(torch.float64)
 
 
@@ -40,7 +40,7 @@ def ldexp(x: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
     """x · 2^e rounded once to float64 (to ±inf beyond the range) when x · 2^(clamp(e)) is
     exact; two exact power-of-two factors reach the subnormal range and overflow."""
     e = e.to(torch.int64)
-    first = e.clamp(_MIN_NORMAL_EXPONENT, _MAX_EXPONENT)
+    first = e.clamp(MIN_NORMAL_EXPONENT, MAX_EXPONENT)
     return x * pow2(first) * pow2(e - first)
 
 

@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from kernels.crt import HALF_MODULUS_ERROR
+from kernels.float64 import FLOAT64_EXACT
 
 from ._bits import FLOOR_MOD_LIMIT, blocks, floor_mod, ldexp
 
@@ -43,9 +44,6 @@ __all__ = ["HALF_MODULUS_ERROR", "garner", "round_to_float64", "signed_limbs", "
 
 LIMB_BITS = 21
 _LIMB_MASK = (1 << LIMB_BITS) - 1
-# The limb expansion runs as a float64 product of integers: exact while every partial sum
-# stays below 2^53.
-_FLOAT64_EXACT = 2**53
 _GARNER_MAX_MODULUS = 2**24
 _WINDOW = 4  # limbs rounded together: the top one and three under it
 # Below this magnitude a result may be subnormal, and is rounded bit by bit.
@@ -63,7 +61,9 @@ def _check_moduli(moduli: Sequence[int]) -> None:
             raise ValueError(f"modulus {m} outside [2, 2^31): Garner's products must stay in int64")
     # Garner sums N terms below max(m)², the limb expansion N terms below max(m)·2^21.
     biggest = max(moduli)
-    if len(moduli) * biggest * max(biggest, 1 << LIMB_BITS) >= _FLOAT64_EXACT:
+    # The limb expansion runs as a float64 product of integers: exact while every partial sum
+    # stays below 2^53.
+    if len(moduli) * biggest * max(biggest, 1 << LIMB_BITS) >= FLOAT64_EXACT:
         raise ValueError(
             f"{len(moduli)} moduli up to {biggest}: N·max(m)·max(m, 2^{LIMB_BITS}) reaches 2^53, so the CRT's "
             "float64 sums would round; use fewer or smaller moduli"

@@ -21,12 +21,13 @@ from typing import Sequence
 
 import torch
 
+from kernels.float64 import FLOAT64_EXACT
+
 from .formats import Encoding
 from ._bits import blocks, floor_mod, round_
-from .residues import FLOAT64_EXACT
 
 # Each chunk's float64 product stays within 2^53 − 2^32, which _reduce_product needs.
-_PRODUCT_LIMIT = 2**53 - 2**32
+_PRODUCT_LIMIT = FLOAT64_EXACT - 2**32
 
 __all__ = ["direct_products", "encode_planes", "plane_products"]
 

@@ -27,7 +27,7 @@ from ._bits import FLOOR_MOD_LIMIT, blocks, floor_mod, pow2
 from .capacity import crt_capacity, has_capacity
 from .scaling import Scaled
 
-__all__ = ["balanced", "crt_capacity", "has_capacity", "reference_moduli", "residues", "FLOAT64_EXACT"]
+__all__ = ["balanced", "crt_capacity", "has_capacity", "reference_moduli", "residues"]
 
 _MAX_HALF = 2**21 - 1
 _MAX_CHUNK = 2**16

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
+from kernels.float64 import EXPONENT_BIAS, MAX_EXPONENT, SIGNIFICAND_BITS
 from kernels.scaling import NO_SET_BIT, Extents
 
 from ._bits import blocks, ldexp, pow2, round_
@@ -42,9 +43,6 @@ __all__ = [
     "shifts_of",
 ]
 
-_MANTISSA_BITS = 53
-
-
 @dataclass(frozen=True)
 class Scaled:
     """Rows of integers ``mantissa · 2^exponent`` equal to ``round(x · 2^shift)``."""
@@ -56,24 +54,21 @@ class Scaled:
 
 
 _SIGN_MASK = (1 << 63) - 1  # clears the sign bit of an IEEE pattern: the bits of |x|
-_FRACTION_BITS = _MANTISSA_BITS - 1
+_FRACTION_BITS = SIGNIFICAND_BITS - 1
 _HIDDEN_BIT = 1 << _FRACTION_BITS
-_EXPONENT_BIAS = 1023
 _EXPONENT_FIELD = 0x7FF
-# Rows of at most this many bits have finite float64 integers x·2^shift (see _scale_block).
-_FLOAT_BITS = 1023
 # A float64 with biased exponent field E ≥ 1 is (2^52 + fraction)·2^(E − 1075); subnormals
 # (E = 0) are fraction·2^-1074, the same formula with E = 1.
-_ULP_BIAS = _EXPONENT_BIAS + _FRACTION_BITS
+_ULP_BIAS = EXPONENT_BIAS + _FRACTION_BITS
 # A set bit's weight in row_extents, 1023 + t + max(E, 1), is 2^(weight − _WEIGHT_BIAS).
-_WEIGHT_BIAS = _EXPONENT_BIAS + _ULP_BIAS
+_WEIGHT_BIAS = EXPONENT_BIAS + _ULP_BIAS
 
 
 def _decompose(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """x = m · 2^e exactly with m an int64 of at most 53 bits (zero gives m = 0)."""
     fraction, exponent = torch.frexp(x)
-    mantissa = (fraction * 2.0**_MANTISSA_BITS).to(torch.int64)
-    return mantissa, exponent.to(torch.int64) - _MANTISSA_BITS
+    mantissa = (fraction * 2.0**SIGNIFICAND_BITS).to(torch.int64)
+    return mantissa, exponent.to(torch.int64) - SIGNIFICAND_BITS
 
 
 def _rows(x: torch.Tensor) -> torch.Tensor:
@@ -178,9 +173,9 @@ def shifts_of(row_max: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:
     has_nonzero = row_max > 0
     shift = torch.where(has_nonzero, bits - _top(row_max), 0)
     # Below 53 bits the scaled maximum lies in [2^(p−1), 2^p) ⊂ [½, 2^52): exact, and round_'s range.
-    narrow = has_nonzero & (bits < _MANTISSA_BITS)
+    narrow = has_nonzero & (bits < SIGNIFICAND_BITS)
     scaled = ldexp(row_max, torch.where(narrow, shift, 0))
-    carry = narrow & (round_(scaled, keep=~narrow) == pow2(bits.clamp(max=_MANTISSA_BITS - 1)))
+    carry = narrow & (round_(scaled, keep=~narrow) == pow2(bits.clamp(max=SIGNIFICAND_BITS - 1)))
     return shift - carry.to(torch.int64)
 
 
@@ -192,7 +187,7 @@ def scale_rows(x: torch.Tensor, bits: torch.Tensor) -> Scaled:
     mantissa = torch.empty(rows.shape, dtype=torch.int64, device=x.device)
     exponent = torch.empty(rows.shape, dtype=torch.int64, device=x.device)
     for block in blocks(rows.shape[0], rows.shape[1], x.device):
-        scale = _scale_block if int(row_bits[block].max()) <= _FLOAT_BITS else _scale_block_wide
+        scale = _scale_block if int(row_bits[block].max()) <= MAX_EXPONENT else _scale_block_wide
         mantissa[block], exponent[block] = scale(rows[block], row_shift[block])
     return Scaled(
         mantissa=mantissa.reshape(x.shape),

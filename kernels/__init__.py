@@ -5,6 +5,7 @@ One module per pipeline stage, named as ozaki's (``scaling``, ``residues``, ``pr
 tested against; the chained-MMA sums (``tc_sum``); the autotuner; compilation to PTX
 without a GPU (``ptx``); and the bitwise checker (``kernels.check``, the ``ozaki-check``
 tool).  Import what you need from the module that holds it: the package itself loads
-nothing, so ``kernels.digits`` (the digit sets, shared with the formats and the search
-engine) loads without torch or Triton.
+nothing, so ``kernels.digits`` (the digit sets), ``kernels.float64`` (the format's constants)
+and ``kernels.moduli`` (the modulus range), shared with the library and the search engine,
+load without torch or Triton.
 """

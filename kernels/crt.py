@@ -56,6 +56,7 @@ import triton.language as tl
 
 from kernels import ptx
 from kernels.float64 import FLOAT64_EXACT
+from kernels.moduli import check_modulus
 
 __all__ = ["DECODE_BLOCK", "DECODE_WARPS", "HALF_MODULUS_ERROR", "compile_ptx", "decode_residues", "reference_decode"]
 
@@ -239,8 +240,7 @@ class _Layout(NamedTuple):
 def _constants(moduli: tuple[int, ...]) -> tuple[_Layout, dict[str, torch.Tensor]]:
     """Limb layout and the host tables of the kernel."""
     for m in moduli:
-        if isinstance(m, bool) or not isinstance(m, int) or not 2 <= m < 2**31:
-            raise ValueError(f"modulus {m!r} must be an int in [2, 2**31)")
+        check_modulus(m)
     for i, m in enumerate(moduli):
         for other in moduli[:i]:
             if math.gcd(m, other) != 1:

@@ -41,6 +41,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from kernels import ptx
 from kernels.digits import digit_set
 from kernels.float64 import FLOAT64_EXACT
+from kernels.moduli import check_modulus
 
 __all__ = [
     "CONFIGS",
@@ -69,7 +70,6 @@ _INT32_EXACT = 2**31 - 1
 _FP32_EXACT = 2**24
 _WGMMA_FP8_EXACT = 2**14
 _WGMMA_FP8_K = 32  # products one FP8 wgmma instruction folds; the window moves in these steps
-_MAX_MODULUS = 2**31  # keeps the carried residue in int32 and coefficient * chunk sum in int64
 _SMALL_MODULUS = 2**15  # below it the residue arithmetic fits int32 (products < 2**30)
 
 
@@ -404,8 +404,7 @@ def _to_operand(planes: torch.Tensor, operand: str, block_k: int) -> torch.Tenso
 
 
 def _check_coefficients(coefficients, planes: int, modulus) -> list[int]:
-    if isinstance(modulus, bool) or not isinstance(modulus, int) or not 2 <= modulus < _MAX_MODULUS:
-        raise ValueError(f"modulus {modulus!r} must be an int in [2, 2**31)")
+    check_modulus(modulus)
     coefficients = list(coefficients)
     if len(coefficients) != planes:
         raise ValueError(f"{len(coefficients)} coefficients for {planes} planes: pass one coefficient per plane")

@@ -37,6 +37,7 @@ import torch
 
 from kernels.crt import HALF_MODULUS_ERROR
 from kernels.float64 import FLOAT64_EXACT
+from kernels.moduli import check_modulus
 
 from ._bits import FLOOR_MOD_LIMIT, blocks, floor_mod, ldexp
 
@@ -57,8 +58,7 @@ def _radix_weights(moduli: Sequence[int]) -> list[int]:
 
 def _check_moduli(moduli: Sequence[int]) -> None:
     for m in moduli:
-        if not 2 <= m < 2**31:
-            raise ValueError(f"modulus {m} outside [2, 2^31): Garner's products must stay in int64")
+        check_modulus(m)
     # Garner sums N terms below max(m)², the limb expansion N terms below max(m)·2^21.
     biggest = max(moduli)
     # The limb expansion runs as a float64 product of integers: exact while every partial sum
@@ -239,8 +239,7 @@ def signed_residues(mixed_radix: torch.Tensor, moduli: Sequence[int], targets: S
     """
     _check_moduli(moduli)
     for r in targets:
-        if not 2 <= r < 2**31:
-            raise ValueError(f"target modulus {r} outside [2, 2^31)")
+        check_modulus(r, "target modulus")
     bound = (len(moduli) + 1) * max(moduli) * max(targets)
     if bound > FLOOR_MOD_LIMIT:
         raise ValueError(

@@ -22,6 +22,7 @@ import sympy
 import torch
 
 from kernels.float64 import FLOAT64_EXACT, MAX_EXPONENT, SIGNIFICAND_BITS
+from kernels.moduli import check_modulus
 
 from ._bits import FLOOR_MOD_LIMIT, blocks, floor_mod, pow2
 from .capacity import crt_capacity, has_capacity
@@ -74,8 +75,7 @@ def residues(s: Scaled, moduli: Sequence[int]) -> torch.Tensor:
     integers are too wide for that fall back to int64 arithmetic.
     """
     for m in moduli:
-        if not 2 <= m < 2**31:
-            raise ValueError(f"modulus {m} outside [2, 2^31): residues are multiplied in int64")
+        check_modulus(m)
     mantissa, exponent = s.mantissa.reshape(-1), s.exponent.reshape(-1)
     out = torch.empty((len(moduli), mantissa.shape[0]), dtype=torch.int64, device=mantissa.device)
     halves = [m // 2 for m in moduli]

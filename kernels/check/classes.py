@@ -10,7 +10,9 @@ from collections.abc import Callable
 
 import torch
 
+from kernels import products
 from kernels.check.descriptor import TARGETS, Descriptor, describe_plane_gemm, describe_tc_sum
+from kernels.tc_sum import TC_SUM_CONFIGS, segment_length, tc_sum
 
 __all__ = ["TC_SUM_TYPES", "Family", "families", "classes", "classes_report", "equivalent_configs", "proven_classes"]
 
@@ -37,7 +39,6 @@ class Family:
 
 
 def _tc_sum_family(type_name, target):
-    from kernels.tc_sum import TC_SUM_CONFIGS, segment_length, tc_sum
 
     dtype = TC_SUM_TYPES[type_name]
     descriptors = tuple(describe_tc_sum(c, dtype, target) for c in TC_SUM_CONFIGS)
@@ -71,16 +72,9 @@ def _tc_sum_family(type_name, target):
 
 
 def _plane_gemm_families(target):
-    """The plane-GEMM kernels, described from kernels.products' public CONFIGS when it provides them."""
-    try:
-        from kernels import products
-    except ImportError:
-        return []
-    configs = getattr(products, "CONFIGS", None)
-    if not isinstance(configs, dict):
-        return []
+    """The plane-GEMM kernels, one family per operand type of kernels.products.CONFIGS."""
     found = []
-    for operand, entries in configs.items():
+    for operand, entries in products.CONFIGS.items():
         def launch(probe, config, operand=operand):
             a, b, coefficients, modulus, digits = probe
             return products.modular_matmul(a, b, coefficients, modulus, digits=digits, operand=operand,

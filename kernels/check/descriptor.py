@@ -10,6 +10,8 @@ import dataclasses
 
 import torch
 
+from kernels.tc_sum import segment_length
+
 __all__ = [
     "Descriptor",
     "TARGETS",
@@ -72,7 +74,6 @@ def _hopper_mma(dtype, block_m, num_warps, n):
 
 def describe_tc_sum(config, dtype, target="sm_90"):
     """Descriptor of kernels.tc_sum(x, **config) for x of `dtype` on `target`."""
-    from kernels.tc_sum import segment_length
 
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}; known: {TARGETS}")

@@ -14,12 +14,24 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from collections import Counter
 
 import torch
+from triton import knobs
 
-from kernels.check.classes import families
+from kernels.check.classes import TC_SUM_TYPES, families
 from kernels.check.descriptor import mma_k
+from kernels.products import CONFIGS, compile_ptx
+from kernels.ptx import compile_kernel
+from kernels.tc_sum import (
+    _TREE_LEVELS,
+    TC_SUM_CONFIGS,
+    _kernel_constants,
+    _tc_sum_kernel,
+    _tree_constants,
+    _tree_kernel,
+)
 
 __all__ = ["SM90_SHARED_LIMIT", "summarize", "compare", "compile_summaries", "check_ptx"]
 
@@ -108,10 +120,6 @@ def compare(descriptor, summary, operand):
 
 def _local_bytes(cubin):
     """Bytes of local memory (register spills and stack) per thread in a cubin, by cuobjdump -res-usage."""
-    import tempfile
-
-    from triton import knobs
-
     with tempfile.NamedTemporaryFile(suffix=".cubin") as handle:
         handle.write(cubin)
         handle.flush()
@@ -123,8 +131,6 @@ def _local_bytes(cubin):
 def _compile(fn, signature, constexprs, num_warps, num_stages):
     """PTX summary plus shared and local memory of `fn` compiled for sm_90 as a launch on 16-aligned
     pointers and sizes specialises it (the fast path, with software pipelining)."""
-    from kernels.ptx import compile_kernel
-
     aligned = [name for name, kind in signature.items() if kind != "constexpr"]
     compiled = compile_kernel(fn, signature, constexprs, divisible=aligned, capability=90, num_warps=num_warps,
                               num_stages=num_stages)
@@ -133,9 +139,6 @@ def _compile(fn, signature, constexprs, num_warps, num_stages):
 
 
 def _tc_sum_summaries(operand, configs):
-    from kernels.check.classes import TC_SUM_TYPES
-    from kernels.tc_sum import _TREE_LEVELS, _kernel_constants, _tc_sum_kernel, _tree_constants, _tree_kernel
-
     dtype = TC_SUM_TYPES[operand]
     x_type, out_type = _TRITON_TYPE[operand]
     scalars = {name: "i32" for name in ("n", "n_segments", "total_segments", "stride_xr")}
@@ -202,14 +205,10 @@ def check_ptx(names=None):
 
 
 def _plane_gemm_summaries(operand):
-    from kernels.products import CONFIGS, compile_ptx
-
     return {"configs": [summarize(compile_ptx(operand, 90, config)) for config in CONFIGS[operand]]}
 
 
 def _main(names):
-    from kernels.tc_sum import TC_SUM_CONFIGS
-
     out = {}
     for name in names:
         launcher, operand = name.split(".", 1)

@@ -18,7 +18,8 @@ import torch
 
 from kernels.autotune import target_for
 from kernels.check.classes import TC_SUM_TYPES, classes, families
-from kernels.products import INTERPRETER_OPERANDS
+from kernels.digits import digit_set
+from kernels.products import INTERPRETER_OPERANDS, reference_modular_matmul
 
 __all__ = ["PROBES", "PLANE_PROBES", "check_family", "plane_gemm_probe", "run_checks", "tc_sum_probe"]
 
@@ -100,7 +101,6 @@ def _tc_sum_exact(x):
 def plane_gemm_probe(kind, operand, shape, seed):
     """One probe of `kind` (see PLANE_PROBES) for modular_matmul with `operand`: (a_planes, b_planes,
     coefficients, modulus, digits) on the CPU, planes of shape [T, M, K] and [T, N, K] for (T, M, N, K)."""
-    from kernels.digits import digit_set
 
     planes, m, n, k = shape
     digits = _PLANE_DIGITS[operand]
@@ -133,7 +133,6 @@ def _probes(family, shape, seed, device):
             x = tc_sum_probe(kind, dtype, shape, seed * len(PROBES) + number)
             yield kind, x.to(device), _tc_sum_exact(x)
         return
-    from kernels.products import reference_modular_matmul
 
     for number, kind in enumerate(PLANE_PROBES):
         a, b, coefficients, modulus, digits = plane_gemm_probe(kind, family.operand, shape,

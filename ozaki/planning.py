@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 from dataclasses import dataclass, field
 from typing import Union
 
@@ -200,7 +201,7 @@ def plan_product(a: torch.Tensor, b: torch.Tensor, accuracy: Accuracy = "fp64", 
     """The plan for a (…, M, K) @ b (…, K, N), float64 with equal batch shapes on one device
     (validated by the frontend).  Reads the data only where the shape does not decide."""
     (m, k), n, device = a.shape[-2:], b.shape[-1], a.device
-    batch = a[..., 0, 0].numel()
+    batch = math.prod(a.shape[:-2])
     basis = dict(m=m, k=k, n=n, batch=batch, accuracy=accuracy, engine=engine)
 
     # Native from the shape alone: the cheapest plan general float64 data can get is slower.

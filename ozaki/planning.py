@@ -53,8 +53,8 @@ class Moduli:
     """The moduli of one product and, for a plan engine, the encoding of each."""
 
     moduli: tuple[int, ...]
-    encodings: tuple[Encoding, ...] | None  # None: direct float64 products
-    engine: str
+    encodings: tuple[Encoding, ...] | None = field(repr=False)  # None: direct float64 products
+    engine: str = "reference"
 
     @property
     def planes(self) -> int:

@@ -4,7 +4,7 @@
 
 For each n: A = (rand − 0.5)·exp(0.5·randn), n × n, encoded for the catalog's 23-modulus int8
 plan as A (rows) and as Bᵀ (a transposed view, read in place); the first 256 rows are checked
-entry for entry against scale_rows -> residues -> products.encode_planes, then the kernel on
+entry for entry against scale_rows -> residues -> products.digit_planes, then the kernel on
 the whole operand is timed (mean of 5 after a warm-up).  Runs on the CPU too (set
 TRITON_INTERPRET=1, small n).
 """
@@ -49,7 +49,7 @@ def main(sizes) -> None:
             shift = row_shifts(rows, bits)
             head = slice(0, min(n, 256))
             r = residues(scale_rows(rows[head].contiguous(), bits[head]), moduli)
-            want = torch.cat([products.encode_planes(r[i], e, side) for i, e in enumerate(encodings)])
+            want = torch.cat([products.digit_planes(r[i], e, side) for i, e in enumerate(encodings)])
             same = torch.equal(encode_planes(rows[head], shift[head], encodings, side).long(), want)
             ms = milliseconds(lambda: encode_planes(rows, shift, encodings, side))
             print(f"n={n} side={side} bits_equal={same} encode_ms={ms:.2f} ({plan.name}, {len(moduli)} moduli)",

@@ -131,7 +131,7 @@ def fused_stages(n: int) -> None:
 
     def staged_encode():
         r = residues(scale_rows(x, bits), moduli)
-        return torch.cat([products.encode_planes(r[i], e, "a") for i, e in enumerate(encodings)])
+        return torch.cat([products.digit_planes(r[i], e, "a") for i, e in enumerate(encodings)])
 
     same = torch.equal(encode_planes(x, shift, encodings, "a").long(), staged_encode())
     log(f"bits  fused encode {n}x{n}, {len(moduli)} int8 moduli: {'equal' if same else 'DIFFER'}")

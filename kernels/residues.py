@@ -16,7 +16,7 @@ in place).
 The per-row shift comes from the caller (``ozaki.scaling.row_shifts``, which the pipeline
 computes anyway), so the kernel reads the input once.  The bits are those of the staged
 torch path (``ozaki.scaling.scale_rows`` -> ``ozaki.residues.residues`` ->
-``ozaki.products.encode_planes``), which the tests check entry for entry.
+``ozaki.products.digit_planes``), which the tests check entry for entry.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from ._bits import blocks, floor_mod, round_
 # Each chunk's float64 product stays within 2^53 − 2^32, which _reduce_product needs.
 _PRODUCT_LIMIT = FLOAT64_EXACT - 2**32
 
-__all__ = ["direct_products", "encode_planes", "plane_products"]
+__all__ = ["digit_planes", "direct_products", "plane_products"]
 
 
 def _check_float64_exact(k: int, max_a: int, max_b: int, what: str) -> None:
@@ -88,7 +88,7 @@ def _reduce_product(c: torch.Tensor, m: int) -> None:
         floor_mod(part.add_(q, alpha=-m), m, out=part)
 
 
-def encode_planes(r: torch.Tensor, encoding: Encoding, side: str) -> torch.Tensor:
+def digit_planes(r: torch.Tensor, encoding: Encoding, side: str) -> torch.Tensor:
     """Digit planes of residues r mod m: shape (T, *r.shape), each value in the digit set."""
     operand = encoding.a if side == "a" else encoding.b
     m = encoding.modulus
@@ -106,8 +106,8 @@ def plane_products(ra: torch.Tensor, rb: torch.Tensor, encodings: Sequence[Encod
     out = []
     for i, encoding in enumerate(encodings):
         m = encoding.modulus
-        pa = encode_planes(ra[i], encoding, "a")
-        pb = encode_planes(rb[i], encoding, "b")
+        pa = digit_planes(ra[i], encoding, "a")
+        pb = digit_planes(rb[i], encoding, "b")
         coefficients = [plane.coefficient for plane in encoding.planes]
         k = ra.shape[-1]
         c = torch.zeros((*ra.shape[1:-1], rb.shape[-1]), dtype=torch.int64, device=ra.device)

@@ -1,5 +1,5 @@
 """The fused encode kernel writes exactly the planes of the staged torch path:
-``scale_rows`` -> ``residues`` -> ``products.encode_planes`` (the plain reference), for
+``scale_rows`` -> ``residues`` -> ``products.digit_planes`` (the plain reference), for
 every kind of encoding (computed identity planes, looked-up planes, int16 planes, moduli up
 to the kernel's bound) and every kind of row; and it compiles for sm_90 to exact float
 residue arithmetic without 64-bit division."""
@@ -76,7 +76,7 @@ ENCODINGS = {"fp4": FP4, "int8": INT8, "fp8": FP8, "wide": WIDE}
 
 def staged(x: torch.Tensor, bits: torch.Tensor, encodings, side: str) -> torch.Tensor:
     r = residues(scale_rows(x, bits), [e.modulus for e in encodings])
-    return torch.cat([products.encode_planes(r[i], e, side) for i, e in enumerate(encodings)])
+    return torch.cat([products.digit_planes(r[i], e, side) for i, e in enumerate(encodings)])
 
 
 def fused(x: torch.Tensor, bits: torch.Tensor, encodings, side: str) -> torch.Tensor:

@@ -27,6 +27,8 @@ import torch
 import triton.testing
 from triton.runtime.errors import OutOfResources
 
+from kernels import products
+
 __all__ = ["CLASSES_FILE", "best_config", "candidates", "clear_cache", "target_for", "tuned_plane_config"]
 
 # {target: {kernel: {"configs": [...], "classes": [[index, ...], ...]}}}, written by the checker.
@@ -206,8 +208,6 @@ def tuned_plane_config(
     one group) in a launch of [T, M, K] x [T, N, K] planes; moduli: each group's modulus (None: all
     below 2**15, as in the catalog), which selects the kernel's residue arithmetic.  On CPU the
     launcher's own default: the first of ``CONFIGS[operand]`` that admits max_product."""
-    from kernels import products
-
     if operand not in products.CONFIGS:
         raise ValueError(f"unknown operand {operand!r}; known: {', '.join(products.CONFIGS)}")
     m, n, k = _positive("m", m), _positive("n", n), _positive("k", k)

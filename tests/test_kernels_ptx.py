@@ -19,7 +19,9 @@ from pathlib import Path
 import pytest
 import triton
 
+from kernels import crt, residues, scaling
 from kernels.products import PlaneGemmConfig
+from kernels.products import compile_ptx as plane_gemm_ptx
 
 ROOT = Path(__file__).resolve().parents[1]
 _TRITON = tuple(int(part) for part in triton.__version__.split(".")[:2])
@@ -144,12 +146,8 @@ def test_extents_kernel_reads_both_operands_coalesced_without_spills(tmp_path):
         assert ("ld.global.v2.b64" in text) == aligned, (operand, aligned)
 
 
-@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET", "0") in ("", "0"), reason="the interpreter's refusal")
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET", "0") in ("", "0"), reason="a refusal of the interpreter only")
 def test_compiling_under_the_interpreter_raises_clearly():
-    from kernels import crt, residues, scaling
-
-    from kernels.products import compile_ptx as plane_gemm_ptx
-
     for compile_ptx in (scaling.compile_ptx, residues.compile_ptx, lambda: crt.compile_ptx([7, 8, 9]),
                         lambda: plane_gemm_ptx("int8", 90, VARIANTS["int8-pointer"][2])):
         with pytest.raises(RuntimeError, match="without TRITON_INTERPRET=1"):

@@ -72,7 +72,7 @@ def _nonfinite_pattern(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, 
     def count(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return torch.matmul(x.to(torch.float32), y.to(torch.float32)) > 0
 
-    finite_a, finite_b = a.isfinite(), b.isfinite()
+    finite_a = a.isfinite()
     nan_term = (
         a.isnan().any(dim=-1)[..., :, None]
         | b.isnan().any(dim=-2)[..., None, :]

@@ -55,7 +55,7 @@ import triton
 import triton.language as tl
 
 from kernels import ptx
-from kernels.float64 import FLOAT64_EXACT
+from kernels.float64 import FLOAT64_EXACT, round_dyadic
 from kernels.moduli import check_modulus
 
 __all__ = ["DECODE_BLOCK", "DECODE_WARPS", "HALF_MODULUS_ERROR", "compile_ptx", "decode_residues", "reference_decode"]
@@ -367,7 +367,7 @@ def reference_decode(c: torch.Tensor, moduli: Sequence[int], row_exponent: torch
     ``Y * 2**(row_exponent[r] + col_exponent[c])`` rounded once to nearest even."""
     moduli = tuple(moduli)
     residues = c.detach().cpu().to(torch.int64).tolist()
-    out = [[_rounded(_signed_crt([plane[r][j] for plane in residues], moduli), row + col)
+    out = [[round_dyadic(_signed_crt([plane[r][j] for plane in residues], moduli), row + col)
             for j, col in enumerate(col_exponent.tolist())]
            for r, row in enumerate(row_exponent.tolist())]
     return torch.tensor(out, dtype=torch.float64).reshape(c.shape[1:]).to(c.device)
@@ -379,23 +379,6 @@ def _signed_crt(residues: list[int], moduli: tuple[int, ...]) -> int:
     if 2 * y == big:
         raise ValueError(HALF_MODULUS_ERROR)
     return y - big if 2 * y > big else y
-
-
-def _rounded(y: int, exponent: int) -> float:
-    # int / int and float(int) round once to nearest even, subnormals included, and raise
-    # OverflowError past the largest float64.  Only exponents in a window around the float64
-    # range change the result (below it |y| * 2**exponent < 2**-1076 rounds to zero, above
-    # it |y| * 2**exponent >= 2**1025 overflows), so clamping keeps the shifts small.
-    if y == 0:
-        return 0.0
-    exponent = min(max(exponent, -1076 - y.bit_length()), 1025)
-    magnitude = abs(y)
-    try:
-        value = float(magnitude << exponent) if exponent >= 0 else magnitude / (1 << -exponent)
-    except OverflowError:
-        value = math.inf
-    # A negative Y keeps its sign even where the product underflows to zero (-0.0).
-    return -value if y < 0 else value
 
 
 def compile_ptx(moduli: Sequence[int], capability: int = 90) -> str:

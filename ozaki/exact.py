@@ -19,11 +19,12 @@ the benchmark and the tests measure errors against it.
 
 from __future__ import annotations
 
-import math
 import operator
 from fractions import Fraction
 
 import numpy as np
+
+from kernels.float64 import round_dyadic
 
 __all__ = ["abs_product_dyadic", "exact_dyadic", "exact_matmul", "round_dyadic", "to_fraction"]
 
@@ -63,16 +64,6 @@ def exact_dyadic(a, b) -> list[list[tuple[int, int]]]:
 def abs_product_dyadic(a, b) -> list[list[tuple[int, int]]]:
     """The exact |A|·|B|, the scale in DGEMM's componentwise error bound."""
     return exact_dyadic(np.abs(np.asarray(a)), np.abs(np.asarray(b)))
-
-
-def round_dyadic(s: int, e: int) -> float:
-    """s · 2**e correctly rounded to float64 (ties to even; ±inf past the range)."""
-    if s == 0:
-        return 0.0
-    try:
-        return float(s << e) if e >= 0 else s / (1 << -e)
-    except OverflowError:
-        return math.inf if s > 0 else -math.inf
 
 
 def to_fraction(s: int, e: int) -> Fraction:

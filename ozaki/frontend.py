@@ -122,7 +122,7 @@ def matmul(a, b, *, accuracy="fp64", engine: str = "auto"):
     """
     ta, tb, squeeze = _operands(a, b, accuracy, engine)
     plan = plan_product(ta, tb, accuracy, engine)
-    out = pipeline.run(plan, ta, tb)  # on the native path, IEEE semantics for NaN and ±Inf as numpy's matmul
+    out = pipeline.run(plan)  # on the native path, IEEE semantics for NaN and ±Inf as numpy's matmul
     if plan.nonfinite:
         # The finite terms went through the emulation; NaN/Inf positions are overlaid after.
         nan, posinf, neginf = _nonfinite_pattern(ta, tb)

@@ -33,24 +33,24 @@ log = logging.getLogger("ozaki")
 
 def emulated_matmul(a: torch.Tensor, b: torch.Tensor, *, accuracy: Accuracy = "fp64", engine: str = "auto") -> torch.Tensor:
     """a (…, M, K) @ b (…, K, N), float64 with equal batch shapes: planned, then run."""
-    return run(plan_product(a, b, accuracy, engine), a, b)
+    return run(plan_product(a, b, accuracy, engine))
 
 
-def run(plan: ProductPlan, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """The product ``plan`` was made for, of the same a and b; non-finite entries, which the
+def run(plan: ProductPlan) -> torch.Tensor:
+    """The product ``plan`` was made for, of its operands; non-finite entries, which an emulated
     plan read as zeros, are left for the caller to overlay (``plan.nonfinite``)."""
-    if plan.path == "native":
-        return torch.matmul(a, b)
-    shape = (*a.shape[:-1], b.shape[-1])
-    if plan.moduli is None:  # an empty product
-        return torch.zeros(shape, dtype=torch.float64, device=a.device)
     fa, fb = plan.operands
+    if plan.path == "native":
+        return torch.matmul(fa, fb)
+    shape = (*fa.shape[:-1], fb.shape[-1])
+    if plan.moduli is None:  # an empty product
+        return torch.zeros(shape, dtype=torch.float64, device=fa.device)
     flat_a, flat_bt = fa.reshape(-1, plan.m, plan.k), fb.reshape(-1, plan.k, plan.n).transpose(-1, -2)
     if plan.batch == 1:
         # One product: its result is the output (a second M×N buffer would count against the
         # workspace budget, cost.WORKSPACE_BUDGET).
         return _product(plan, flat_a[0], flat_bt[0], *plan.rows[0]).reshape(shape)
-    out = torch.empty(shape, dtype=torch.float64, device=a.device)
+    out = torch.empty(shape, dtype=torch.float64, device=fa.device)
     flat_out = out.view(-1, plan.m, plan.n)
     for index in range(plan.batch):
         flat_out[index] = _product(plan, flat_a[index], flat_bt[index], *plan.rows[index])

@@ -54,7 +54,7 @@ class Moduli:
 
     moduli: tuple[int, ...]
     encodings: tuple[Encoding, ...] | None = field(repr=False)  # None: direct float64 products
-    engine: str = "reference"
+    engine: str
 
     @property
     def planes(self) -> int:
@@ -87,9 +87,10 @@ class ProductPlan:
     bits_b: tuple[int, int] | None = None
     bands: bands.Split | None = None
     predicted: cost.Verdict | None = None
-    # What the pipeline runs on: finite operands (non-finite entries zeroed, overlaid after) and,
-    # per product of the batch, the rows' extents and bits of A and of Bᵀ.
-    operands: tuple[torch.Tensor, torch.Tensor] | None = field(default=None, repr=False, compare=False)
+    # What the pipeline runs on: the operands (on the emulated path finite, non-finite entries
+    # zeroed and overlaid after) and, per product of the batch, the rows' extents and bits of A
+    # and of Bᵀ.
+    operands: tuple[torch.Tensor, torch.Tensor] = field(default=(), repr=False, compare=False)
     nonfinite: bool = field(default=False, repr=False, compare=False)
     rows: tuple = field(default=(), repr=False, compare=False)
 
@@ -208,9 +209,10 @@ def plan_product(a: torch.Tensor, b: torch.Tensor, accuracy: Accuracy = "fp64", 
     verdict = native_verdict(m, k, n, accuracy, engine, device)
     if verdict is not None and verdict.native:
         return _logged(ProductPlan(**basis, path="native", reason=f"plan for rows of {SIGNIFICAND_BITS} bits",
-                                   error_bound=_NATIVE_BOUND, predicted=verdict))
+                                   error_bound=_NATIVE_BOUND, predicted=verdict, operands=(a, b)))
     if batch == 0 or min(m, k, n) == 0:
-        return ProductPlan(**basis, path="emulated", reason="empty product: zeros", error_bound=_CORRECTLY_ROUNDED)
+        return ProductPlan(**basis, path="emulated", reason="empty product: zeros", error_bound=_CORRECTLY_ROUNDED,
+                           operands=(a, b))
 
     # 1. Scale: row i of A keeps bits_i, so |A'| ≤ 2^p − 1 with p = max bits_i; B's columns, q.
     (fa, nonfinite_a), (fb, nonfinite_b) = _finite(a), _finite(b)
@@ -240,7 +242,8 @@ def plan_product(a: torch.Tensor, b: torch.Tensor, accuracy: Accuracy = "fp64", 
     return _logged(ProductPlan(
         **basis, path="native" if native else "emulated", reason=f"plan for rows of p={p}, q={q} bits",
         error_bound=bound, moduli=moduli, bits_a=(int(bits_a.min()), p), bits_b=(int(bits_b.min()), q), bands=split,
-        predicted=verdict, operands=(fa, fb), nonfinite=(nonfinite_a or nonfinite_b) and not native, rows=tuple(rows),
+        predicted=verdict, operands=(a, b) if native else (fa, fb), nonfinite=(nonfinite_a or nonfinite_b) and not native,
+        rows=tuple(rows),
     ))
 
 

@@ -8,7 +8,17 @@ which the exact references of both layers end in.
 
 import math
 
-__all__ = ["EXPONENT_BIAS", "FLOAT64_EXACT", "MAX_EXPONENT", "MIN_NORMAL_EXPONENT", "SIGNIFICAND_BITS", "round_dyadic"]
+__all__ = [
+    "EXPONENT_BIAS",
+    "FLOAT64_EXACT",
+    "FRACTION_BITS",
+    "MAGNITUDE_MASK",
+    "MAX_EXPONENT",
+    "MIN_NORMAL_EXPONENT",
+    "SIGNIFICAND_BITS",
+    "ULP_BIAS",
+    "round_dyadic",
+]
 
 # 52 stored fraction bits plus the implicit leading 1.
 SIGNIFICAND_BITS = 53
@@ -21,6 +31,13 @@ EXPONENT_BIAS = 1023
 MAX_EXPONENT = 2**11 - 2 - EXPONENT_BIAS
 # The smallest exponent of a normal number, 1 − bias: the all-zeros field holds the subnormals.
 MIN_NORMAL_EXPONENT = 1 - EXPONENT_BIAS
+# The fraction bits stored behind the implicit leading 1.
+FRACTION_BITS = SIGNIFICAND_BITS - 1
+# A float64 with biased exponent field E is significand · 2**(max(E, 1) − ULP_BIAS): the
+# significand is 2**52 + fraction for E ≥ 1 and the fraction alone for subnormals (E = 0).
+ULP_BIAS = EXPONENT_BIAS + FRACTION_BITS
+# Clears the sign bit of a bit pattern (as int64): the bits of |x|.
+MAGNITUDE_MASK = 2**63 - 1
 
 
 def round_dyadic(s: int, e: int) -> float:

@@ -25,6 +25,7 @@ import triton
 import triton.language as tl
 
 from kernels import ptx
+from kernels.float64 import EXPONENT_BIAS, FRACTION_BITS, MAGNITUDE_MASK, ULP_BIAS
 
 __all__ = ["EXTENTS_BLOCK", "EXTENTS_WARPS", "NO_SET_BIT", "Extents", "compile_ptx", "reference_row_extents",
            "row_extents_kernel"]
@@ -58,14 +59,11 @@ EXTENTS_WARPS = 4
 _TARGET_PROGRAMS = 4096
 # CUDA's limit on the grid's second axis, over which K is split.
 _MAX_CHUNKS = 65535
-# A float64 with biased exponent field E is significand * 2**(max(E, 1) - 1075); a set bit
-# 2**t of the significand, converted to float64, has exponent field 1023 + t.
-_ULP_BIAS = 1075
-_WEIGHT_BIAS = tl.constexpr(1023 + _ULP_BIAS)
-_MAGNITUDE = 2**63 - 1  # clears the sign bit of an IEEE pattern: the bits of |x|
-_SIGN_MASK = tl.constexpr(_MAGNITUDE)
-_FRACTION_BITS = 52
-_HIDDEN_BIT = tl.constexpr(1 << _FRACTION_BITS)
+# A set bit 2**t of a significand, converted to float64, has exponent field bias + t; the
+# bit weighs 2**(t + max(E, 1) - ULP_BIAS) (kernels.float64).
+_WEIGHT_BIAS = tl.constexpr(EXPONENT_BIAS + ULP_BIAS)
+_SIGN_MASK = tl.constexpr(MAGNITUDE_MASK)
+_HIDDEN_BIT = tl.constexpr(1 << FRACTION_BITS)
 _NO_SET_BIT = tl.constexpr(NO_SET_BIT)
 
 
@@ -149,7 +147,7 @@ def reference_row_extents(x: torch.Tensor) -> Extents:
     entry whose |x| pattern is non-zero (NO_SET_BIT if none)."""
     largest, lowest = [], []
     for row in x.detach().cpu().contiguous().view(torch.int64).tolist():
-        magnitudes = [pattern & _MAGNITUDE for pattern in row]
+        magnitudes = [pattern & MAGNITUDE_MASK for pattern in row]
         largest.append(max(magnitudes, default=0))
         lowest.append(min((_lowest_set_bit(m) for m in magnitudes if m), default=NO_SET_BIT))
     return Extents(row_max=torch.tensor(largest, dtype=torch.int64).view(torch.float64).to(x.device),
@@ -159,9 +157,9 @@ def reference_row_extents(x: torch.Tensor) -> Extents:
 def _lowest_set_bit(magnitude: int) -> int:
     # IEEE: exponent field E and fraction f stand for s * 2**(max(E, 1) - 1075), where the
     # significand s = 2**52 + f for E >= 1 and s = f for subnormals (E = 0).
-    field, fraction = magnitude >> _FRACTION_BITS, magnitude & ((1 << _FRACTION_BITS) - 1)
-    significand = fraction | (1 << _FRACTION_BITS if field else 0)
-    return (significand & -significand).bit_length() - 1 + max(field, 1) - _ULP_BIAS
+    field, fraction = magnitude >> FRACTION_BITS, magnitude & ((1 << FRACTION_BITS) - 1)
+    significand = fraction | (1 << FRACTION_BITS if field else 0)
+    return (significand & -significand).bit_length() - 1 + max(field, 1) - ULP_BIAS
 
 
 def compile_ptx(capability: int = 90, operand: str = "a", aligned: bool = True) -> str:

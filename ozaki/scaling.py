@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels.float64 import EXPONENT_BIAS, MAX_EXPONENT, SIGNIFICAND_BITS
+from kernels.float64 import EXPONENT_BIAS, FRACTION_BITS, MAGNITUDE_MASK, MAX_EXPONENT, SIGNIFICAND_BITS, ULP_BIAS
 from kernels.scaling import NO_SET_BIT, Extents
 
 from ._bits import blocks, ldexp, pow2, round_
@@ -53,15 +53,11 @@ class Scaled:
     bits: torch.Tensor  # int64, one per row: every |integer| ≤ 2^bits − 1
 
 
-_SIGN_MASK = (1 << 63) - 1  # clears the sign bit of an IEEE pattern: the bits of |x|
-_FRACTION_BITS = SIGNIFICAND_BITS - 1
-_HIDDEN_BIT = 1 << _FRACTION_BITS
+_HIDDEN_BIT = 1 << FRACTION_BITS
 _EXPONENT_FIELD = 0x7FF
-# A float64 with biased exponent field E ≥ 1 is (2^52 + fraction)·2^(E − 1075); subnormals
-# (E = 0) are fraction·2^-1074, the same formula with E = 1.
-_ULP_BIAS = EXPONENT_BIAS + _FRACTION_BITS
-# A set bit's weight in row_extents, 1023 + t + max(E, 1), is 2^(weight − _WEIGHT_BIAS).
-_WEIGHT_BIAS = EXPONENT_BIAS + _ULP_BIAS
+# A set bit's weight in row_extents, 1023 + t + max(E, 1), is 2^(weight − _WEIGHT_BIAS)
+# (a float64 is significand·2^(max(E, 1) − ULP_BIAS), kernels.float64).
+_WEIGHT_BIAS = EXPONENT_BIAS + ULP_BIAS
 
 
 def _decompose(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -87,7 +83,7 @@ def _row_max(x: torch.Tensor) -> torch.Tensor:
     rows = _rows(x)
     row_max = torch.empty(rows.shape[0], dtype=torch.int64, device=x.device)
     for block in blocks(rows.shape[0], rows.shape[1], x.device):
-        row_max[block] = (rows[block] & _SIGN_MASK).amax(dim=-1)
+        row_max[block] = (rows[block] & MAGNITUDE_MASK).amax(dim=-1)
     return row_max.view(torch.float64).reshape(x.shape[:-1])
 
 
@@ -98,15 +94,15 @@ def row_extents(x: torch.Tensor) -> Extents:
     count = rows.shape[0]
     row_max, lowest = (torch.zeros(count, dtype=torch.int64, device=x.device) for _ in range(2))
     for block in blocks(count, rows.shape[1], x.device):
-        magnitude = rows[block] & _SIGN_MASK
+        magnitude = rows[block] & MAGNITUDE_MASK
         row_max[block] = magnitude.amax(dim=-1)
         zero = magnitude == 0
         # The lowest set bit of the significand (2^52 | fraction) is 2^t; converted to
         # float64 its exponent field is 1023 + t, and the bit weighs 2^(t + max(E, 1) − 1075).
         # (Zeros get the weight that the bias below turns into NO_SET_BIT.)
         significand = magnitude | _HIDDEN_BIT
-        lowest_set = (significand & -significand).to(torch.float64).view(torch.int64) >> _FRACTION_BITS
-        weight = lowest_set.add_((magnitude >> _FRACTION_BITS).clamp_(min=1))
+        lowest_set = (significand & -significand).to(torch.float64).view(torch.int64) >> FRACTION_BITS
+        weight = lowest_set.add_((magnitude >> FRACTION_BITS).clamp_(min=1))
         lowest[block] = weight.masked_fill_(zero, NO_SET_BIT + _WEIGHT_BIAS).amin(dim=-1)
     shape = x.shape[:-1]
     return Extents(row_max.view(torch.float64).reshape(shape), (lowest - _WEIGHT_BIAS).reshape(shape))
@@ -203,10 +199,10 @@ def _scale_block(x: torch.Tensor, shift: torch.Tensor) -> tuple[torch.Tensor, to
     float64 holds x·2^shift exactly too (or it is far below ½ and rounds to zero either
     way), and round_ rounds half to even."""
     y = ldexp(x, shift.expand_as(x))
-    field = (y.view(torch.int64) >> _FRACTION_BITS) & _EXPONENT_FIELD
+    field = (y.view(torch.int64) >> FRACTION_BITS) & _EXPONENT_FIELD
     # The weight of y's last significand bit, 2^(E − 1075), when it is at least 1.
-    exponent = (field - _ULP_BIAS).clamp_(min=0)
-    mantissa = round_(y, keep=field >= _ULP_BIAS).mul_(pow2(-exponent)).to(torch.int64)
+    exponent = (field - ULP_BIAS).clamp_(min=0)
+    mantissa = round_(y, keep=field >= ULP_BIAS).mul_(pow2(-exponent)).to(torch.int64)
     return mantissa, exponent
 
 

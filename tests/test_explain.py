@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -32,9 +34,10 @@ def test_cpu_plan_is_the_reference_engines(no_product, accuracy):
     bits_b = planning.row_bits(torch.from_numpy(b).T, accuracy)
     assert (plan.path, plan.moduli.engine, plan.batch, plan.bands) == ("emulated", "reference", 1, None)
     assert plan.bits_a == (int(bits_a.min()), int(bits_a.max())) and plan.bits_b == (int(bits_b.min()), int(bits_b.max()))
-    # The fewest reference moduli whose product passes the CRT capacity of these bits.
+    # The fewest reference moduli whose product passes the CRT capacity of these bits (one fewer would not).
     capacity = crt_capacity(40, plan.bits_a[1], plan.bits_b[1])
-    assert np.prod([float(m) for m in plan.moduli.moduli]) > capacity
+    assert math.prod(plan.moduli.moduli) > capacity
+    assert math.prod(plan.moduli.moduli[:-1]) <= capacity
     assert plan.products == len(plan.moduli.moduli) and plan.predicted is None
     if isinstance(accuracy, int):
         assert f"e = 1/(2^{accuracy} - 1)" in plan.error_bound

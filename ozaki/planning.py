@@ -23,6 +23,7 @@ from . import bands, catalog, cost
 from .formats import Encoding
 from .capacity import crt_capacity, has_capacity
 from .residues import reference_moduli
+from .accuracy import FP64_GUARD, bits_for, fp64_levels
 from .scaling import Extents, exact_bits_of, fixed_bits_of, row_extents
 
 __all__ = ["ENGINES", "Moduli", "ProductPlan", "moduli_for", "native_verdict", "plan_product", "row_bits"]
@@ -31,12 +32,9 @@ log = logging.getLogger("ozaki")
 
 Accuracy = Union[str, int]
 PLAN_ENGINES = ("int8", "fp8", "fp4")
+# Under "fp64" rows keep every bit the int8 plan for their need pays for, on every engine.
+_FILL_ENGINE = "int8"
 ENGINES = ("auto", "reference", *PLAN_ENGINES)
-
-# Under accuracy="fp64" a row keeps its lossless width: at least SIGNIFICAND_BITS (53) wherever
-# it holds a float64 that uses its whole significand, as general float64 data does.  The plan for
-# 53-bit rows is thus the cheapest such data can get, and when even it is predicted slower than
-# DGEMM the data need not be read to know.
 
 # The elementwise error bound each accuracy documents (README, ozaki.matmul), u = 2^-53.
 _CORRECTLY_ROUNDED = "correctly rounded: |C^ - C| <= u|C| + 2^-1075 (u = 2^-53)"
@@ -46,6 +44,10 @@ _NATIVE_BOUND = "DGEMM's: |C^ - C| <= K*u*(|A||B|) + u|C| (u = 2^-53); bits may 
 def _fixed_bound(bits: int) -> str:
     return (f"|C^ - C| <= e*(max|A_i:|*sum|B_:j| + sum|A_i:|*max|B_:j|) + e^2*K*max|A_i:|*max|B_:j| + u|C| "
             f"+ 2^-1075, e = 1/(2^{bits} - 1), u = 2^-53")
+
+
+def _fp64_bound(guard: int) -> str:
+    return f"DGEMM-level: |C^ - C| <= u|C| + 2^-{guard}*(1 + 2^-19)*sqrt(K)*u*(|A||B|) + 2^-1075 (u = 2^-53)"
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,8 @@ class ProductPlan:
     and ``bits_b`` are the (fewest, most) bits kept per row of A and per column of B; ``bands``
     is the split into exponent bands when the product is wider than every plan of the engine
     (``moduli`` is then each band pair's plan).  ``predicted`` is the cost model's verdict where
-    the device has a profile."""
+    the device has a profile.  ``guard`` is the g of accuracy="fp64"'s bound (:mod:`ozaki.accuracy`)
+    on the emulated path, None where every row is lossless (the result is then correctly rounded)."""
 
     m: int
     k: int
@@ -87,6 +90,7 @@ class ProductPlan:
     bits_b: tuple[int, int] | None = None
     bands: bands.Split | None = None
     predicted: cost.Verdict | None = None
+    guard: int | None = None
     # What the pipeline runs on: the operands (on the emulated path finite, non-finite entries
     # zeroed and overlaid after) and, per product of the batch, the rows' extents and bits of A
     # and of Bᵀ.
@@ -104,15 +108,29 @@ class ProductPlan:
 
 
 def row_bits(x: torch.Tensor, accuracy: Accuracy) -> torch.Tensor:
-    """Bits kept per row of x for the requested accuracy (see :mod:`ozaki.scaling`)."""
+    """Bits kept per row of x for "exact" or a number of bits (see :mod:`ozaki.scaling`);
+    "fp64" takes both operands (:mod:`ozaki.accuracy`)."""
+    if accuracy == "fp64":
+        raise ValueError("accuracy='fp64' derives each row's bits from both operands: see ozaki.explain")
     return bits_of(row_extents(x), accuracy)
 
 
 def bits_of(extents: Extents, accuracy: Accuracy) -> torch.Tensor:
-    if accuracy in ("fp64", "exact"):
-        # The fp64 target needs each row's lossless width (see scaling.exact_bits).
-        return exact_bits_of(extents)
-    return fixed_bits_of(extents, accuracy)
+    return exact_bits_of(extents) if accuracy == "exact" else fixed_bits_of(extents, accuracy)
+
+
+def _filled(k: int, product: int, p: int, q: int, widest_a: int, widest_b: int) -> tuple[int, int]:
+    """The widest (P, Q) ≥ (p, q), at most the widest lossless row of each side, that moduli
+    of this ``product`` still recover exactly: one bit at a time to the side that has gained
+    fewer so far (A on ties), so the spare capacity is shared evenly."""
+    wide_p, wide_q = p, q
+    while True:
+        options = [(wide_p - p, wide_p + 1, wide_q)] if wide_p < widest_a else []
+        options += [(wide_q - q, wide_p, wide_q + 1)] if wide_q < widest_b else []
+        options = [o for o in options if has_capacity(product, crt_capacity(k, o[1], o[2]))]
+        if not options:
+            return wide_p, wide_q
+        _, wide_p, wide_q = min(options, key=lambda option: option[0])
 
 
 def kernels_available(device: torch.device) -> bool:
@@ -217,16 +235,22 @@ def plan_product(a: torch.Tensor, b: torch.Tensor, accuracy: Accuracy = "fp64", 
     # 1. Scale: row i of A keeps bits_i, so |A'| ≤ 2^p − 1 with p = max bits_i; B's columns, q.
     (fa, nonfinite_a), (fb, nonfinite_b) = _finite(a), _finite(b)
     flat_a, flat_bt = fa.reshape(-1, m, k), fb.reshape(-1, k, n).transpose(-1, -2)
-    rows = []
-    for index in range(batch):
-        extents_a, extents_b = extents(flat_a[index]), extents(flat_bt[index])
-        rows.append((extents_a, extents_b, bits_of(extents_a, accuracy), bits_of(extents_b, accuracy)))
-    bits_a, bits_b = torch.cat([r[2] for r in rows]), torch.cat([r[3] for r in rows])
-    p, q = int(bits_a.max()), int(bits_b.max())
+    sides = [_sides(flat_a[index], flat_bt[index], accuracy) for index in range(batch)]
+    p = max(int(side_a.bits.max()) for side_a, _ in sides)
+    q = max(int(side_b.bits.max()) for _, side_b in sides)
 
     # |A'B'| ≤ K·(2^p − 1)(2^q − 1); the CRT recovers it exactly, sign included, when
     # ∏m > 2·K·(2^p − 1)(2^q − 1): the capacity a plan advertises for k_max and input_bits.
     capacity = crt_capacity(k, p, q)
+    filled = _plan_moduli(_FILL_ENGINE, capacity) if accuracy == "fp64" else None
+    if filled is not None:
+        # The moduli that serve p and q recover more: every row keeps what they pay for.  The
+        # capacity is the int8 plan's whatever the engine, so that every engine keeps the
+        # same bits and returns the same result.
+        p, q = _filled(k, math.prod(filled.moduli), p, q, max(int(a.lossless.max()) for a, _ in sides),
+                       max(int(b.lossless.max()) for _, b in sides))
+        sides = [(side_a.widened(p), side_b.widened(q)) for side_a, side_b in sides]
+        capacity = crt_capacity(k, p, q)
     split = None
     if engine in PLAN_ENGINES and _plan_moduli(engine, capacity) is None:
         # Wider than every plan of the engine: a sum of band products (ozaki.bands).
@@ -235,16 +259,57 @@ def plan_product(a: torch.Tensor, b: torch.Tensor, accuracy: Accuracy = "fp64", 
     moduli = moduli_for(engine, k, capacity, device)
     verdict = native_verdict(m, k, n, accuracy, engine, device, moduli)
     native = verdict is not None and verdict.native
+    guard = None
     if native:
         bound = _NATIVE_BOUND
+    elif accuracy == "fp64":
+        guards = [side.guard for pair in sides for side in pair if side.guard is not None]
+        guard = min(guards) if guards else None
+        bound = _CORRECTLY_ROUNDED if guard is None else _fp64_bound(guard)
     else:
         bound = _CORRECTLY_ROUNDED if isinstance(accuracy, str) else _fixed_bound(accuracy)
+    bits_a = torch.cat([side_a.bits for side_a, _ in sides])
+    bits_b = torch.cat([side_b.bits for _, side_b in sides])
     return _logged(ProductPlan(
         **basis, path="native" if native else "emulated", reason=f"plan for rows of p={p}, q={q} bits",
-        error_bound=bound, moduli=moduli, bits_a=(int(bits_a.min()), p), bits_b=(int(bits_b.min()), q), bands=split,
-        predicted=verdict, operands=(a, b) if native else (fa, fb), nonfinite=(nonfinite_a or nonfinite_b) and not native,
-        rows=tuple(rows),
+        error_bound=bound, moduli=moduli, bits_a=(int(bits_a.min()), int(bits_a.max())),
+        bits_b=(int(bits_b.min()), int(bits_b.max())), bands=split, predicted=verdict, guard=guard,
+        operands=(a, b) if native else (fa, fb), nonfinite=(nonfinite_a or nonfinite_b) and not native,
+        rows=tuple((side_a.extents, side_b.extents, side_a.bits, side_b.bits) for side_a, side_b in sides),
     ))
+
+
+@dataclass(frozen=True)
+class _Side:
+    """Stage 1's reading of the rows of A (or of Bᵀ) of one product: their extents, the bits
+    each keeps, its lossless width and, under "fp64", the bits it needs at guard 0
+    (:func:`ozaki.accuracy.fp64_levels`)."""
+
+    extents: Extents
+    bits: torch.Tensor
+    lossless: torch.Tensor
+    level: torch.Tensor | None = None
+
+    def widened(self, bits: int) -> _Side:
+        """Every row keeps ``bits`` bits, or its lossless width where that is fewer."""
+        return _Side(self.extents, self.lossless.clamp(max=bits), self.lossless, self.level)
+
+    @property
+    def guard(self) -> int | None:
+        """The guard g every lossy row keeps under "fp64"; None when every row is lossless."""
+        lossy = self.bits < self.lossless
+        return int((self.bits - self.level)[lossy].min()) if bool(lossy.any()) else None
+
+
+def _sides(a: torch.Tensor, bt: torch.Tensor, accuracy: Accuracy) -> tuple[_Side, _Side]:
+    extents_a, extents_b = extents(a), extents(bt)
+    lossless_a, lossless_b = exact_bits_of(extents_a), exact_bits_of(extents_b)
+    if accuracy != "fp64":
+        return (_Side(extents_a, bits_of(extents_a, accuracy), lossless_a),
+                _Side(extents_b, bits_of(extents_b, accuracy), lossless_b))
+    level_a, level_b = fp64_levels(a, bt, extents_a, extents_b)
+    return (_Side(extents_a, bits_for(level_a, extents_a, FP64_GUARD), lossless_a, level_a),
+            _Side(extents_b, bits_for(level_b, extents_b, FP64_GUARD), lossless_b, level_b))
 
 
 def _logged(plan: ProductPlan) -> ProductPlan:

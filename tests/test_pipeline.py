@@ -71,9 +71,11 @@ def test_long_k_is_chunked_exactly():
     assert got.tolist() == want
 
 
-@pytest.mark.parametrize("accuracy", ["fp64", "exact", 24])
+@pytest.mark.parametrize("accuracy", ["exact", 24])
 def test_batch_invariance(accuracy):
-    """mm(A[:k], B) equals mm(A, B)[:k] bit for bit: a row's bits depend on that row alone."""
+    """mm(A[:k], B) equals mm(A, B)[:k] bit for bit: a row's bits depend on that row alone.
+    ("fp64" is not batch invariant: its bits follow |A||B| and the capacity the moduli of the
+    whole call pay for, ozaki.accuracy.)"""
     rng = np.random.default_rng(3)
     a, b = _spread(rng, (33, 64), 2.0), _spread(rng, (64, 17), 2.0)
     a[5] *= 1e-200  # a tiny row among ordinary ones must not change the others' bits
@@ -332,7 +334,7 @@ def test_batch_invariance_of_the_streamed_path(fused_path, monkeypatch):
     a, b = _spread(rng, (33, 64), 1.0), _spread(rng, (64, 17), 1.0)
     a[5] *= 1e-200
     _blocks_of(monkeypatch, 4)
-    full = fused_path(a, b, engine="int8")
+    full = fused_path(a, b, engine="int8", accuracy="exact")
     for rows in (slice(0, 1), slice(0, 7), slice(5, 6), slice(20, 33)):
-        part = fused_path(a[rows], b, engine="int8")
+        part = fused_path(a[rows], b, engine="int8", accuracy="exact")
         assert np.array_equal(part.view(np.uint64), full[rows].view(np.uint64))

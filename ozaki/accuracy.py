@@ -1,0 +1,168 @@
+"""accuracy="fp64": the bits each row of A and column of B keeps, chosen from the data so that
+
+    |Ĉ_ij − C_ij| ≤ u·|C_ij| + 2^-g·√K·u·(|A||B|)_ij·(1 + 2^-19) + 2^-1075,   u = 2^-53,
+
+with g ≥ FP64_GUARD (the plan reports its g).  That is DGEMM's own error level: its
+worst-case bound is u|C| + K·u·(|A||B|), √K·2^g times this one, and its typical error
+grows like √K·u·(|A||B|) (probabilistic rounding analysis).
+
+Derivation.  Row i of A keeps p_i bits: each entry moves by at most ε_i = 2^(top_i − p_i)
+(half the row's grid, doubled for the rounding carry of ``ozaki.scaling.row_shifts``);
+column j of B likewise by ζ_j.  Then the exact product of the rounded inputs differs from C by
+
+    T_ij ≤ ε_i·S^B_j + ζ_j·S^A_i + K·ε_i·ζ_j,    S^B_j = Σ_k |B_kj|,  S^A_i = Σ_k |A_ik|,
+
+and the one final rounding adds u·|C̃_ij| ≤ u|C_ij| + u·T_ij (or 2^-1075 below the normal
+range).  So T_ij ≤ τ·L_ij (1 + 2^-20) with τ = 2^-g·√K·u and L = |A||B| holds once
+
+    ε_i ≤ (τ/2)·min_j L_ij / S^B_j    and    ζ_j ≤ (τ/2)·min_i L_ij / S^A_i
+
+(the product term is below 2^-20·τ·L_ij for K ≤ 2^22, as L_ij ≤ min(S^A_i·max|B_:j|, …)).
+Neither L nor the sums are needed exactly, only a lower bound of L and upper bounds of the
+sums, and both are computed *exactly* in integers, so the bits are the same on every device:
+
+* each |x| lies in [2^(e−1), 2^e) (e from frexp); with d = top − e ≥ 0 its distance in binades
+  below the row's top, |x| ≥ 2^(top − D)·c with the code c = 2^(D − 1 − d) for d < D (else 0):
+  one int8 GEMM of codes G = c_A·c_B gives L_ij ≥ 2^(top_i + top_j − 2D)·G_ij;
+* |x| < 2^(top − W)·2^max(W − d, 0), summed in int64: S ≤ 2^(top − W)·U.
+
+With h = ⌊log2 √K⌋ and 2^e_i ≤ min_j G_ij/U^B_j (frexp of a correctly rounded quotient, made
+a lower bound by one rounding's margin), p_i = g + 54 + 2D − W − h − e_i satisfies the first
+condition; a row with no such lower bound (G_ij = 0 for some column j that has non-zero
+entries) keeps its lossless width.  A row kept at its lossless width contributes no error.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernels.float64 import SIGNIFICAND_BITS
+
+from ._bits import ldexp
+from .scaling import Extents, exact_bits_of
+
+__all__ = ["CODE_LEVELS", "FP64_GUARD", "MAX_K", "UNBOUNDED", "bits_for", "fp64_levels", "lower_abs_product_codes"]
+
+# The guard g the rule starts from (a plan keeps more where its moduli pay for it).
+FP64_GUARD = 0
+# The product term of the derivation stays below 2^-20·τ·L up to this K; past it every row
+# keeps its lossless width (the product is then correctly rounded).
+MAX_K = 2**22
+# D: the codes of the lower bound of |A||B| count in units of 2^(r − D) up to int8's 127,
+# and K·127² stays below 2^31 (int32 accumulation) for chunks of K ≤ 2^17.
+CODE_LEVELS = 7
+_CODE_MAX = 127
+_INT_MM_CHUNK = 2**17
+# W for the upper sums: U ≤ K·2^W must stay below 2^53 to be exact as float64.
+_SUM_LEVELS = 30
+# The d of a zero entry: past every code and every sum.
+_ZERO = 1 << 20
+# frexp of fl(G/U) could round up past a power of two: this margin keeps 2^e ≤ G/U.
+_QUOTIENT_MARGIN = 1.0 - 2.0**-50
+
+
+def _binades_below(x: torch.Tensor, top: torch.Tensor) -> torch.Tensor:
+    """d = top − e per entry of x (R, K), |x| in [2^(e−1), 2^e); _ZERO for zeros."""
+    e = torch.frexp(x)[1].to(torch.int64)
+    return torch.where(x != 0, top[:, None] - e, _ZERO)
+
+
+def _upper_sums(x: torch.Tensor, top: torch.Tensor, levels: int) -> torch.Tensor:
+    """U per row (int64) with Σ_k |x_k| ≤ 2^(top − W)·U, W = ``levels``."""
+    d = _binades_below(x, top)
+    return torch.where(d < _ZERO, torch.ones_like(d) << (levels - d).clamp(min=0), 0).sum(dim=-1)
+
+
+def _window_tops(top: torch.Tensor, sums: torch.Tensor, k: int, levels: int) -> torch.Tensor:
+    """r per row: the codes see the D binades under 2^r, placed 2^3 above the row's mean
+    magnitude bound 2^(top − W)·U/K (in exact integer steps) and never above its top, so
+    that a row's bulk, not only its few largest entries, enters the lower bound."""
+    mean = top - levels + _bit_length(sums) - k.bit_length()
+    return torch.minimum(mean + 3 + 1, top)
+
+
+def _bit_length(n: torch.Tensor) -> torch.Tensor:
+    """Bit length of non-negative int64 values (0 for 0), exactly."""
+    return torch.where(n > 0, torch.frexp(n.to(torch.float64))[1].to(torch.int64), 0)
+
+
+def lower_abs_product_codes(x: torch.Tensor, window_top: torch.Tensor) -> torch.Tensor:
+    """Per entry of x (R, K), the int8 code c = min(⌊|x|·2^(D − r)⌋, 127), r = ``window_top``:
+    |x| ≥ 2^(r − D)·c, as the floor only lowers and an entry clamped to 127 is at least
+    2^r > 127·2^(r − D).  (The scaling by a power of two is exact, or underflows, which
+    only lowers it too.)"""
+    scaled = ldexp(x.abs(), (CODE_LEVELS - window_top)[:, None].expand_as(x))
+    return scaled.clamp_(max=_CODE_MAX).floor_().to(torch.int8)
+
+
+def _code_product(codes_a: torch.Tensor, codes_bt: torch.Tensor) -> torch.Tensor:
+    """G = codes_a · codes_btᵀ exactly, as float64 (its integers are below 2^53)."""
+    (m, k), n = codes_a.shape, codes_bt.shape[0]
+    if codes_a.device.type != "cuda":
+        # Exact in float64: each sum is below K·2^14.
+        return codes_a.to(torch.float64) @ codes_bt.to(torch.float64).T
+    # torch._int_mm: int8 × int8 → int32, with M > 16 and K, N multiples of 8.
+    pad_m, pad_k, pad_n = max(17, -(-m // 8) * 8), -(-k // 8) * 8, -(-n // 8) * 8
+    a = torch.nn.functional.pad(codes_a, (0, pad_k - k, 0, pad_m - m))
+    bt = torch.nn.functional.pad(codes_bt, (0, pad_k - k, 0, pad_n - n))
+    total = torch.zeros((pad_m, pad_n), dtype=torch.int64, device=codes_a.device)
+    for start in range(0, pad_k, _INT_MM_CHUNK):
+        chunk = slice(start, start + _INT_MM_CHUNK)
+        total += torch._int_mm(a[:, chunk], bt[:, chunk].T)
+    return total[:m, :n].to(torch.float64)
+
+
+def _least_exponent(g: torch.Tensor, sums: torch.Tensor, offset: torch.Tensor,
+                    dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """e with 2^e ≤ min over the other side's lines that have U > 0 of G·2^offset/U (along
+    ``dim``), and whether that minimum is 0.  Every step is exact or one correctly rounded
+    division, so the result is the same on every device."""
+    shape = (1, -1) if dim == 1 else (-1, 1)
+    quotient = torch.ldexp(g, offset.view(shape).to(torch.float64)) / sums.view(shape).to(torch.float64)
+    quotient = torch.where(sums.view(shape) > 0, quotient, torch.inf)
+    least = quotient.amin(dim=dim) * _QUOTIENT_MARGIN
+    return torch.frexp(least)[1].to(torch.int64) - 1, least == 0
+
+
+# The level of a row that no lower bound of |A||B| reaches: beyond every lossless width
+# (2^1024 down to 2^-1074 spans under 2100 bits), so it keeps its lossless width.
+UNBOUNDED = 1 << 20
+
+
+def fp64_levels(a: torch.Tensor, bt: torch.Tensor, extents_a: Extents,
+                extents_b: Extents) -> tuple[torch.Tensor, torch.Tensor]:
+    """The bits p_i each row of A (M, K) and of Bᵀ (N, K) needs for the bound of the module
+    docstring with g = 0 (:data:`UNBOUNDED` where no lower bound of |A||B| reaches it); a row
+    keeps min(level + g, lossless width) bits for guard g (:func:`bits_for`)."""
+    k = a.shape[-1]
+    if k > MAX_K:
+        # Past the K the derivation covers, every row keeps its lossless width.
+        return (torch.full(a.shape[:-1], UNBOUNDED, dtype=torch.int64, device=a.device),
+                torch.full(bt.shape[:-1], UNBOUNDED, dtype=torch.int64, device=bt.device))
+    levels = min(_SUM_LEVELS, 52 - k.bit_length())
+    top_a = torch.frexp(extents_a.row_max)[1].to(torch.int64)
+    top_b = torch.frexp(extents_b.row_max)[1].to(torch.int64)
+    u_a, u_b = _upper_sums(a, top_a, levels), _upper_sums(bt, top_b, levels)
+    r_a, r_b = _window_tops(top_a, u_a, k, levels), _window_tops(top_b, u_b, k, levels)
+    # L_ij ≥ 2^(r_i + r_j − 2D)·G_ij and S^B_j ≤ 2^(top_j − W)·U_j: the first condition reads
+    # 2^-p_i ≤ 2^(h − 54 − g + r_i − top_i − 2D + W)·min_j G_ij·2^(r_j − top_j)/U_j.
+    g = _code_product(lower_abs_product_codes(a, r_a), lower_abs_product_codes(bt, r_b))
+    e_a, none_a = _least_exponent(g, u_b, r_b - top_b, dim=1)
+    e_b, none_b = _least_exponent(g, u_a, r_a - top_a, dim=0)
+    base = 53 + 2 * CODE_LEVELS - levels - (k.bit_length() - 1) // 2  # h = ⌊log2 √K⌋
+    level_a = torch.where(none_a, UNBOUNDED, _with_carry(base + top_a - r_a - e_a))
+    level_b = torch.where(none_b, UNBOUNDED, _with_carry(base + top_b - r_b - e_b))
+    return level_a, level_b
+
+
+def _with_carry(level: torch.Tensor) -> torch.Tensor:
+    """The bits for a condition 2^(top − p − 1) ≤ X met by p = ``level``, once the rounding
+    carry is allowed for: it doubles the error bound to 2^(top − p) below 53 bits only (a
+    float64 maximum has at most 53 significant bits, ``ozaki.scaling.row_shifts``), where
+    one more bit makes up for it."""
+    return torch.where(level < SIGNIFICAND_BITS, level + 1, level).clamp_(0, UNBOUNDED)
+
+
+def bits_for(level: torch.Tensor, extents: Extents, guard: int) -> torch.Tensor:
+    """min(level + guard, lossless width) per row."""
+    return torch.minimum(level + guard, exact_bits_of(extents))

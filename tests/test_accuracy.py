@@ -1,0 +1,131 @@
+"""accuracy="fp64" (ozaki.accuracy): the documented DGEMM-level bound, held exactly, with the
+fewest moduli the data need and every bit those moduli pay for."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+import torch
+from exact_reference import abs_product_dyadic, exact_dyadic, round_dyadic, to_fraction
+from families import PHIS, phi_entries
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import ozaki
+import ozaki.catalog
+from ozaki import accuracy, planning
+from ozaki.capacity import crt_capacity, has_capacity
+from ozaki.scaling import exact_bits, row_extents
+
+U = Fraction(1, 2**53)
+
+
+def _documented_bound(k: int, c: Fraction, scale: Fraction, guard: int) -> Fraction:
+    # u|C| + 2^-g·(1 + 2^-19)·√K·u·(|A||B|) + 2^-1075, with √K rounded down.
+    root_k = Fraction(math.isqrt(k << 40), 2**20)
+    return U * c + Fraction(2**19 + 1, 2 ** (19 + guard)) * root_k * U * scale + Fraction(1, 2**1075)
+
+
+def _assert_documented_bound(a: np.ndarray, b: np.ndarray, engine: str = "auto") -> None:
+    plan = ozaki.explain(a, b, engine=engine)
+    got = ozaki.matmul(a, b, engine=engine)
+    exact, scale = exact_dyadic(a, b), abs_product_dyadic(a, b)
+    for (i, j), value in np.ndenumerate(got):
+        s, e = exact[i][j]
+        if plan.guard is None:  # every row lossless: the correctly rounded product
+            assert value == round_dyadic(s, e), (i, j)
+            continue
+        c = to_fraction(s, e)
+        limit = _documented_bound(a.shape[1], abs(c), to_fraction(*scale[i][j]), plan.guard)
+        assert math.isfinite(value) and abs(Fraction(float(value)) - c) <= limit, (i, j, value, float(c))
+
+
+@st.composite
+def spread_pairs(draw):
+    """Phi matrices with rows and columns scaled by powers of two far apart, cancelling pairs
+    and subnormals: the inputs whose bits the rule must get right."""
+    m, k, n = draw(st.integers(1, 5)), draw(st.integers(1, 80)), draw(st.integers(1, 4))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    phi = draw(st.sampled_from(PHIS))
+    a, b = phi_entries(rng, (m, k), phi), phi_entries(rng, (k, n), phi)
+    a *= np.ldexp(1.0, rng.integers(-300, 300, size=(m, 1)))
+    b *= np.ldexp(1.0, rng.integers(-300, 300, size=(1, n)))
+    if draw(st.booleans()) and k >= 2:  # a pair that cancels exactly
+        a[:, 1], b[1] = -a[:, 0], b[0]
+    if draw(st.booleans()):  # a subnormal corner
+        a[0, 0], b[0, 0] = 2.0**-1060 * 3, 2.0**-20
+    return a, b
+
+
+@settings(max_examples=80, deadline=None)
+@given(ab=spread_pairs())
+def test_documented_bound_holds_exactly(ab):
+    _assert_documented_bound(*ab)
+
+
+@pytest.mark.parametrize("phi", PHIS)
+@pytest.mark.parametrize("k", [1, 7, 300, 3000])
+def test_documented_bound_on_phi_families(phi, k):
+    rng = np.random.default_rng(int(phi * 10) + k)
+    _assert_documented_bound(phi_entries(rng, (3, k), phi), phi_entries(rng, (k, 3), phi))
+
+
+def test_phi_half_at_k_16384_takes_at_most_16_int8_moduli():
+    if not ozaki.catalog.plans_for("int8"):
+        pytest.skip("the catalog has no int8 plan")
+    rng = np.random.default_rng(0)
+    a, b = phi_entries(rng, (64, 16384), 0.5), phi_entries(rng, (16384, 64), 0.5)
+    plan = ozaki.explain(a, b, engine="int8")
+    assert len(plan.moduli.moduli) <= 16 and plan.guard is not None and plan.guard >= accuracy.FP64_GUARD
+    # "exact" keeps every row's lossless width, which costs more.
+    assert len(ozaki.explain(a, b, engine="int8", accuracy="exact").moduli.moduli) > len(plan.moduli.moduli)
+
+
+@pytest.mark.parametrize("phi", [0.5, 2.0])
+def test_rows_keep_every_bit_the_int8_plan_pays_for_on_every_engine(phi):
+    if not ozaki.catalog.plans_for("int8"):
+        pytest.skip("the catalog has no int8 plan")
+    rng = np.random.default_rng(5)
+    a, b = phi_entries(rng, (6, 500), phi), phi_entries(rng, (500, 5), phi)
+    plan = ozaki.explain(a, b, engine="int8")
+    (_, p), (_, q) = plan.bits_a, plan.bits_b
+    product = math.prod(plan.moduli.moduli)
+    assert has_capacity(product, crt_capacity(500, p, q))
+    widest_a, widest_b = int(exact_bits(torch.from_numpy(a)).max()), int(exact_bits(torch.from_numpy(b).T).max())
+    # One more bit on either side is beyond the capacity, or beyond every row's lossless width.
+    assert p == widest_a or not has_capacity(product, crt_capacity(500, p + 1, q))
+    assert q == widest_b or not has_capacity(product, crt_capacity(500, p, q + 1))
+    # Every engine keeps the same bits, so returns the same result.
+    engines = [e for e in ("reference", "fp8", "fp4") if e == "reference" or ozaki.catalog.plans_for(e)]
+    for engine in engines:
+        other = ozaki.explain(a, b, engine=engine)
+        assert (other.bits_a, other.bits_b, other.guard) == (plan.bits_a, plan.bits_b, plan.guard), engine
+    results = [ozaki.matmul(a, b, engine=engine) for engine in ("int8", *engines)]
+    assert all(np.array_equal(r.view(np.uint64), results[0].view(np.uint64)) for r in results)
+
+
+def test_levels_are_exact_integers_independent_of_row_order():
+    # The rule's arithmetic is exact (integer GEMM, correctly rounded quotients): permuting the
+    # rows of A permutes its levels and leaves B's unchanged.
+    rng = np.random.default_rng(9)
+    a, bt = torch.from_numpy(phi_entries(rng, (9, 200), 1.0)), torch.from_numpy(phi_entries(rng, (7, 200), 1.0))
+    order = torch.randperm(9, generator=torch.Generator().manual_seed(0))
+    level_a, level_b = accuracy.fp64_levels(a, bt, row_extents(a), row_extents(bt))
+    moved_a, moved_b = accuracy.fp64_levels(a[order], bt, row_extents(a[order]), row_extents(bt))
+    assert torch.equal(moved_a, level_a[order]) and torch.equal(moved_b, level_b)
+
+
+def test_beyond_max_k_rows_keep_their_lossless_width(monkeypatch):
+    monkeypatch.setattr(accuracy, "MAX_K", 4)
+    rng = np.random.default_rng(2)
+    a, bt = torch.from_numpy(phi_entries(rng, (3, 5), 1.0)), torch.from_numpy(phi_entries(rng, (2, 5), 1.0))
+    level_a, level_b = accuracy.fp64_levels(a, bt, row_extents(a), row_extents(bt))
+    assert bool((level_a == accuracy.UNBOUNDED).all()) and bool((level_b == accuracy.UNBOUNDED).all())
+
+
+def test_row_bits_refuses_fp64():
+    with pytest.raises(ValueError, match="both operands"):
+        planning.row_bits(torch.ones(2, 3, dtype=torch.float64), "fp64")

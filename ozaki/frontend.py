@@ -96,11 +96,14 @@ def matmul(a, b, *, accuracy="fp64", engine: str = "auto"):
     boolean and lower-precision float inputs are promoted to float64; complex raises TypeError.
 
     accuracy:
-        ``"fp64"`` (default): every scaled entry keeps a componentwise relative error of at most
-        2^-55, so |Ĉ − C| ≤ 2^-54·(|A||B|) + u·|C| + 2^-1075 (u = 2^-53; the last term is half the
-        smallest subnormal), within DGEMM's worst-case bound u|C| + K·u·(|A||B|).  A float64 entry
-        has at most 53 significant bits, so that target needs every row's lossless width: today
-        "fp64" returns the correctly rounded product, exactly as "exact" does.  With the default
+        ``"fp64"`` (default): DGEMM-level.  The bits kept per row of A and column of B follow
+        from an exact lower bound of |A||B| (:mod:`ozaki.accuracy`) so that elementwise
+        |Ĉ − C| ≤ u|C| + 2^-g·(1 + 2^-19)·√K·u·(|A||B|) + 2^-1075 (u = 2^-53; the last term is half
+        the smallest subnormal), g ≥ 0 reported by ``ozaki.explain(...).guard``: √K·2^g times
+        inside DGEMM's worst-case bound u|C| + K·u·(|A||B|).  The moduli are the fewest those
+        bits need, and every row then keeps all the bits the int8 plan of that need pays for,
+        on every engine, so all engines return the same bits (which, unlike "exact", depend on
+        the whole of A and B, not on one row and one column).  With the default
         ``engine="auto"`` on a GPU, the product is computed by native float64 matmul (cuBLAS
         DGEMM) wherever the cost model (:mod:`ozaki.cost`, fixed per device and shape, never
         timed at call time) predicts the emulation slower; the result then carries DGEMM's

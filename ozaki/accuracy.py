@@ -34,6 +34,8 @@ entries) keeps its lossless width.  A row kept at its lossless width contributes
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from kernels.float64 import SIGNIFICAND_BITS
@@ -41,10 +43,11 @@ from kernels.float64 import SIGNIFICAND_BITS
 from ._bits import ldexp
 from .scaling import Extents, exact_bits_of
 
-__all__ = ["CODE_LEVELS", "FP64_GUARD", "MAX_K", "UNBOUNDED", "bits_for", "fp64_levels", "lower_abs_product_codes"]
+__all__ = ["CODE_LEVELS", "FP64_GUARD", "MAX_K", "UNBOUNDED", "MagnitudeBound", "bits_for", "fp64_levels",
+           "lower_abs_product_codes", "magnitude_bound", "upper_abs_product_codes"]
 
 # The guard g the rule starts from (a plan keeps more where its moduli pay for it).
-FP64_GUARD = 0
+FP64_GUARD = 4
 # The product term of the derivation stays below 2^-20·τ·L up to this K; past it every row
 # keeps its lossless width (the product is then correctly rounded).
 MAX_K = 2**22
@@ -118,10 +121,61 @@ def _least_exponent(g: torch.Tensor, sums: torch.Tensor, offset: torch.Tensor,
     ``dim``), and whether that minimum is 0.  Every step is exact or one correctly rounded
     division, so the result is the same on every device."""
     shape = (1, -1) if dim == 1 else (-1, 1)
-    quotient = torch.ldexp(g, offset.view(shape).to(torch.float64)) / sums.view(shape).to(torch.float64)
+    quotient = ldexp(g, offset.view(shape).expand_as(g)) / sums.view(shape).to(torch.float64)
     quotient = torch.where(sums.view(shape) > 0, quotient, torch.inf)
     least = quotient.amin(dim=dim) * _QUOTIENT_MARGIN
     return torch.frexp(least)[1].to(torch.int64) - 1, least == 0
+
+
+# The upper codes count in units of 2^(top − D_U): below 2^D_U = 64 for every entry.
+_UPPER_LEVELS = 6
+
+
+def upper_abs_product_codes(x: torch.Tensor, top: torch.Tensor) -> torch.Tensor:
+    """Per entry of x (R, K), the int8 code c = ⌈|x|·2^(D_U − top)⌉ ≤ 64 (at least 1 for a
+    non-zero entry, also where the scaling underflows): |x| ≤ 2^(top − D_U)·c."""
+    scaled = ldexp(x.abs(), (_UPPER_LEVELS - top)[:, None].expand_as(x)).ceil_()
+    return torch.where(x != 0, scaled.clamp_(min=1), 0).to(torch.int8)
+
+
+@dataclass(frozen=True)
+class MagnitudeBound:
+    """What bounds |A'B'| for rows of A kept to at most p bits and columns of B to q:
+
+        Σ_k |A'_ik|·|B'_kj| ≤ 2^(p+q−2D)·G_ij + 2^(p−D−1)·R^A_i + 2^(q−D−1)·R^B_j + K/4
+
+    with D = D_U, G = c_A·c_B the product of upper codes and R the row sums of the codes:
+    |A'_ik| ≤ |A_ik|·2^(p − top_i) + ½ ≤ 2^(p − D)·c_ik + ½ (a row's shift is at most
+    p − top_i).  The fields hold the maxima over i and j, so the bound holds for every entry."""
+
+    products: int  # max_ij G_ij
+    rows_a: int  # max_i R^A_i
+    rows_b: int  # max_j R^B_j
+    k: int
+
+    def capacity(self, p: int, q: int) -> int:
+        """⌊2·bound⌋: moduli whose product exceeds it recover A'B' exactly (the CRT's window
+        is |Y| < ∏m/2), as crt_capacity's 2·K·(2^p − 1)(2^q − 1) does from the maxima alone."""
+        # 2·bound·2^(2D) = 2^(p+q+1)·G + 2^(p+D)·R^A + 2^(q+D)·R^B + 2^(2D−1)·K, all integers.
+        d = _UPPER_LEVELS
+        scaled = ((self.products << (p + q + 1)) + (self.rows_a << (p + d)) + (self.rows_b << (q + d))
+                  + (self.k << (2 * d - 1)))
+        return scaled >> (2 * d)
+
+    def joined(self, other: MagnitudeBound) -> MagnitudeBound:
+        """The bound for a batch: each maximum over both."""
+        return MagnitudeBound(max(self.products, other.products), max(self.rows_a, other.rows_a),
+                              max(self.rows_b, other.rows_b), self.k)
+
+
+def magnitude_bound(a: torch.Tensor, bt: torch.Tensor, extents_a: Extents, extents_b: Extents) -> MagnitudeBound:
+    """The :class:`MagnitudeBound` of A (M, K) and Bᵀ (N, K), in exact integers."""
+    top_a = torch.frexp(extents_a.row_max)[1].to(torch.int64)
+    top_b = torch.frexp(extents_b.row_max)[1].to(torch.int64)
+    codes_a, codes_b = upper_abs_product_codes(a, top_a), upper_abs_product_codes(bt, top_b)
+    g = _code_product(codes_a, codes_b)
+    rows_a, rows_b = codes_a.to(torch.int64).sum(dim=-1), codes_b.to(torch.int64).sum(dim=-1)
+    return MagnitudeBound(int(g.max()), int(rows_a.max()), int(rows_b.max()), a.shape[-1])
 
 
 # The level of a row that no lower bound of |A||B| reaches: beyond every lossless width

@@ -12,7 +12,7 @@ import functools
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import Union
+from typing import Callable, Union
 
 import torch
 
@@ -23,7 +23,8 @@ from . import bands, catalog, cost
 from .formats import Encoding
 from .capacity import crt_capacity, has_capacity
 from .residues import reference_moduli
-from .accuracy import FP64_GUARD, bits_for, fp64_levels
+from . import accuracy as fp64_rule
+from .accuracy import MagnitudeBound, bits_for, fp64_levels, magnitude_bound
 from .scaling import Extents, exact_bits_of, fixed_bits_of, row_extents
 
 __all__ = ["ENGINES", "Moduli", "ProductPlan", "moduli_for", "native_verdict", "plan_product", "row_bits"]
@@ -119,15 +120,16 @@ def bits_of(extents: Extents, accuracy: Accuracy) -> torch.Tensor:
     return exact_bits_of(extents) if accuracy == "exact" else fixed_bits_of(extents, accuracy)
 
 
-def _filled(k: int, product: int, p: int, q: int, widest_a: int, widest_b: int) -> tuple[int, int]:
+def _filled(capacity: Callable[[int, int], int], product: int, p: int, q: int, widest_a: int,
+            widest_b: int) -> tuple[int, int]:
     """The widest (P, Q) ≥ (p, q), at most the widest lossless row of each side, that moduli
-    of this ``product`` still recover exactly: one bit at a time to the side that has gained
-    fewer so far (A on ties), so the spare capacity is shared evenly."""
+    of this ``product`` still recover exactly (``capacity(P, Q)`` below it): one bit at a time
+    to the side that has gained fewer so far (A on ties), so the spare capacity is shared evenly."""
     wide_p, wide_q = p, q
     while True:
         options = [(wide_p - p, wide_p + 1, wide_q)] if wide_p < widest_a else []
         options += [(wide_q - q, wide_p, wide_q + 1)] if wide_q < widest_b else []
-        options = [o for o in options if has_capacity(product, crt_capacity(k, o[1], o[2]))]
+        options = [o for o in options if has_capacity(product, capacity(o[1], o[2]))]
         if not options:
             return wide_p, wide_q
         _, wide_p, wide_q = min(options, key=lambda option: option[0])
@@ -236,21 +238,25 @@ def plan_product(a: torch.Tensor, b: torch.Tensor, accuracy: Accuracy = "fp64", 
     (fa, nonfinite_a), (fb, nonfinite_b) = _finite(a), _finite(b)
     flat_a, flat_bt = fa.reshape(-1, m, k), fb.reshape(-1, k, n).transpose(-1, -2)
     sides = [_sides(flat_a[index], flat_bt[index], accuracy) for index in range(batch)]
-    p = max(int(side_a.bits.max()) for side_a, _ in sides)
-    q = max(int(side_b.bits.max()) for _, side_b in sides)
+    p = max(int(side[0].bits.max()) for side in sides)
+    q = max(int(side[1].bits.max()) for side in sides)
 
     # |A'B'| ≤ K·(2^p − 1)(2^q − 1); the CRT recovers it exactly, sign included, when
     # ∏m > 2·K·(2^p − 1)(2^q − 1): the capacity a plan advertises for k_max and input_bits.
-    capacity = crt_capacity(k, p, q)
-    filled = _plan_moduli(_FILL_ENGINE, capacity) if accuracy == "fp64" else None
-    if filled is not None:
-        # The moduli that serve p and q recover more: every row keeps what they pay for.  The
-        # capacity is the int8 plan's whatever the engine, so that every engine keeps the
-        # same bits and returns the same result.
-        p, q = _filled(k, math.prod(filled.moduli), p, q, max(int(a.lossless.max()) for a, _ in sides),
-                       max(int(b.lossless.max()) for _, b in sides))
-        sides = [(side_a.widened(p), side_b.widened(q)) for side_a, side_b in sides]
-        capacity = crt_capacity(k, p, q)
+    # Under "fp64" the data's own bound on Σ_k |A'_ik||B'_kj| (ozaki.accuracy) is often far
+    # below it, and every row keeps the bits the int8 plan for its need pays for, whatever
+    # the engine, so that every engine keeps the same bits and returns the same result.
+    needed = functools.partial(crt_capacity, k)
+    if accuracy == "fp64":
+        bound = functools.reduce(MagnitudeBound.joined, [magnitude for _, _, magnitude in sides])
+        sides = [(side_a, side_b) for side_a, side_b, _ in sides]
+        needed = lambda p_, q_: min(crt_capacity(k, p_, q_), bound.capacity(p_, q_))  # noqa: E731
+        filled = _plan_moduli(_FILL_ENGINE, needed(p, q))
+        if filled is not None:
+            p, q = _filled(needed, math.prod(filled.moduli), p, q, max(int(a.lossless.max()) for a, _ in sides),
+                           max(int(b.lossless.max()) for _, b in sides))
+            sides = [(side_a.widened(p), side_b.widened(q)) for side_a, side_b in sides]
+    capacity = needed(p, q)
     split = None
     if engine in PLAN_ENGINES and _plan_moduli(engine, capacity) is None:
         # Wider than every plan of the engine: a sum of band products (ozaki.bands).
@@ -301,15 +307,17 @@ class _Side:
         return int((self.bits - self.level)[lossy].min()) if bool(lossy.any()) else None
 
 
-def _sides(a: torch.Tensor, bt: torch.Tensor, accuracy: Accuracy) -> tuple[_Side, _Side]:
+def _sides(a: torch.Tensor, bt: torch.Tensor, accuracy: Accuracy) -> tuple:
+    """The two sides of one product; under "fp64" also its :class:`ozaki.accuracy.MagnitudeBound`."""
     extents_a, extents_b = extents(a), extents(bt)
     lossless_a, lossless_b = exact_bits_of(extents_a), exact_bits_of(extents_b)
     if accuracy != "fp64":
         return (_Side(extents_a, bits_of(extents_a, accuracy), lossless_a),
                 _Side(extents_b, bits_of(extents_b, accuracy), lossless_b))
     level_a, level_b = fp64_levels(a, bt, extents_a, extents_b)
-    return (_Side(extents_a, bits_for(level_a, extents_a, FP64_GUARD), lossless_a, level_a),
-            _Side(extents_b, bits_for(level_b, extents_b, FP64_GUARD), lossless_b, level_b))
+    return (_Side(extents_a, bits_for(level_a, extents_a, fp64_rule.FP64_GUARD), lossless_a, level_a),
+            _Side(extents_b, bits_for(level_b, extents_b, fp64_rule.FP64_GUARD), lossless_b, level_b),
+            magnitude_bound(a, bt, extents_a, extents_b))
 
 
 def _logged(plan: ProductPlan) -> ProductPlan:

@@ -50,7 +50,7 @@ __all__ = [
     "write_plans",
 ]
 
-PLAN_BITS = (SIGNIFICAND_BITS, 56, 60, 64, 72, 80, 96)
+PLAN_BITS = (16, 24, 32, 40, 44, 48, SIGNIFICAND_BITS, 56, 60, 64, 72, 80, 96)
 PLAN_K = (4096, 16384, 65536)
 _RESIDUE_LIMBS = 2
 # Products the 3-limb residue rung may use: a modulus m costing P products helps an FP64

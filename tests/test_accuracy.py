@@ -18,7 +18,7 @@ import ozaki
 import ozaki.catalog
 from ozaki import accuracy, planning
 from ozaki.capacity import crt_capacity, has_capacity
-from ozaki.scaling import exact_bits, row_extents
+from ozaki.scaling import exact_bits, row_extents, scale_rows
 
 U = Fraction(1, 2**53)
 
@@ -93,11 +93,17 @@ def test_rows_keep_every_bit_the_int8_plan_pays_for_on_every_engine(phi):
     plan = ozaki.explain(a, b, engine="int8")
     (_, p), (_, q) = plan.bits_a, plan.bits_b
     product = math.prod(plan.moduli.moduli)
-    assert has_capacity(product, crt_capacity(500, p, q))
-    widest_a, widest_b = int(exact_bits(torch.from_numpy(a)).max()), int(exact_bits(torch.from_numpy(b).T).max())
+    ta, tbt = torch.from_numpy(a), torch.from_numpy(b).T
+    bound = accuracy.magnitude_bound(ta, tbt, row_extents(ta), row_extents(tbt))
+
+    def needed(p_, q_):
+        return min(crt_capacity(500, p_, q_), bound.capacity(p_, q_))
+
+    assert has_capacity(product, needed(p, q))
+    widest_a, widest_b = int(exact_bits(ta).max()), int(exact_bits(tbt).max())
     # One more bit on either side is beyond the capacity, or beyond every row's lossless width.
-    assert p == widest_a or not has_capacity(product, crt_capacity(500, p + 1, q))
-    assert q == widest_b or not has_capacity(product, crt_capacity(500, p, q + 1))
+    assert p == widest_a or not has_capacity(product, needed(p + 1, q))
+    assert q == widest_b or not has_capacity(product, needed(p, q + 1))
     # Every engine keeps the same bits, so returns the same result.
     engines = [e for e in ("reference", "fp8", "fp4") if e == "reference" or ozaki.catalog.plans_for(e)]
     for engine in engines:
@@ -105,6 +111,34 @@ def test_rows_keep_every_bit_the_int8_plan_pays_for_on_every_engine(phi):
         assert (other.bits_a, other.bits_b, other.guard) == (plan.bits_a, plan.bits_b, plan.guard), engine
     results = [ozaki.matmul(a, b, engine=engine) for engine in ("int8", *engines)]
     assert all(np.array_equal(r.view(np.uint64), results[0].view(np.uint64)) for r in results)
+
+
+@settings(max_examples=60, deadline=None)
+@given(ab=spread_pairs(), p=st.integers(0, 70), q=st.integers(0, 70))
+def test_magnitude_bound_bounds_the_scaled_product(ab, p, q):
+    # The CRT's window rests on it: Σ_k |A'_ik||B'_kj| ≤ capacity/2 for rows kept to at most
+    # p and q bits, checked in exact integers on the scaled operands the pipeline builds.
+    a, b = (torch.from_numpy(x) for x in ab)
+    bt = b.T
+    bound = accuracy.magnitude_bound(a, bt, row_extents(a), row_extents(bt))
+    sa = scale_rows(a, exact_bits(a).clamp(max=p))
+    sb = scale_rows(bt, exact_bits(bt).clamp(max=q))
+    ints_a = [[abs(int(m)) << int(e) for m, e in zip(rm, re)] for rm, re in zip(sa.mantissa.tolist(), sa.exponent.tolist())]
+    ints_b = [[abs(int(m)) << int(e) for m, e in zip(rm, re)] for rm, re in zip(sb.mantissa.tolist(), sb.exponent.tolist())]
+    largest = max(sum(x * y for x, y in zip(row, col)) for row in ints_a for col in ints_b)
+    assert 2 * largest <= bound.capacity(p, q)
+
+
+@pytest.mark.parametrize("value", [1 - 2.0**-40, 0.75, -(2.0**-1070)])
+def test_magnitude_bound_is_tight_on_constant_rows(value):
+    # Every |A'_ik| = 2^p − 1 (or 2^(p−1)) on a row of equal entries: the sum is K·|A'||B'|,
+    # which the bound must cover and, on these rows, hardly exceed.
+    k, p, q = 64, 50, 47
+    a = torch.full((2, k), value, dtype=torch.float64)
+    bound = accuracy.magnitude_bound(a, a, row_extents(a), row_extents(a))
+    sa, sb = scale_rows(a, torch.full((2,), p)), scale_rows(a, torch.full((2,), q))
+    exact = k * (abs(int(sa.mantissa[0, 0])) << int(sa.exponent[0, 0])) * (abs(int(sb.mantissa[0, 0])) << int(sb.exponent[0, 0]))
+    assert 2 * exact <= bound.capacity(p, q) <= 4 * exact
 
 
 def test_levels_are_exact_integers_independent_of_row_order():

@@ -6,9 +6,10 @@ with g ≥ FP64_GUARD (the plan reports its g).  That is DGEMM's own error level
 worst-case bound is u|C| + K·u·(|A||B|), √K·2^g times this one, and its typical error
 grows like √K·u·(|A||B|) (probabilistic rounding analysis).
 
-Derivation.  Row i of A keeps p_i bits: each entry moves by at most ε_i = 2^(top_i − p_i)
-(half the row's grid, doubled for the rounding carry of ``ozaki.scaling.row_shifts``);
-column j of B likewise by ζ_j.  Then the exact product of the rounded inputs differs from C by
+Derivation.  Row i of A keeps p_i bits: each entry moves by at most ε_i = 2^(top_i − p_i − 1)
+(half the row's grid), or twice that where the rounding carry of ``ozaki.scaling.row_shifts``
+applies (only below 53 bits); column j of B likewise by ζ_j.  Then the exact product of the
+rounded inputs differs from C by
 
     T_ij ≤ ε_i·S^B_j + ζ_j·S^A_i + K·ε_i·ζ_j,    S^B_j = Σ_k |B_kj|,  S^A_i = Σ_k |A_ik|,
 
@@ -17,19 +18,27 @@ range).  So T_ij ≤ τ·L_ij (1 + 2^-20) with τ = 2^-g·√K·u and L = |A||B|
 
     ε_i ≤ (τ/2)·min_j L_ij / S^B_j    and    ζ_j ≤ (τ/2)·min_i L_ij / S^A_i
 
-(the product term is below 2^-20·τ·L_ij for K ≤ 2^22, as L_ij ≤ min(S^A_i·max|B_:j|, …)).
-Neither L nor the sums are needed exactly, only a lower bound of L and upper bounds of the
-sums, and both are computed *exactly* in integers, so the bits are the same on every device:
+(the product term is below 2^-20·τ·L_ij for K ≤ 2^22, as L_ij ≤ S^A_i·S^B_j).  Neither L nor
+the sums are needed exactly, only a lower bound of L and upper bounds of the sums, and both
+are computed *exactly* in integers, so the bits are the same on every device:
 
-* each |x| lies in [2^(e−1), 2^e) (e from frexp); with d = top − e ≥ 0 its distance in binades
-  below the row's top, |x| ≥ 2^(top − D)·c with the code c = 2^(D − 1 − d) for d < D (else 0):
-  one int8 GEMM of codes G = c_A·c_B gives L_ij ≥ 2^(top_i + top_j − 2D)·G_ij;
-* |x| < 2^(top − W)·2^max(W − d, 0), summed in int64: S ≤ 2^(top − W)·U.
+* each |x| lies in [2^(e−1), 2^e) (e from frexp), d = top − e binades under its row's top:
+  |x| < 2^(top − W)·2^max(W − d, 0), summed in int64, gives S ≤ 2^(top − W)·U;
+* with a window top r per row (2^3 above the row's mean magnitude bound, at most its top),
+  |x| ≥ 2^(r − D)·c for the int8 code c = min(⌊|x|·2^(D − r)⌋, 127), so one int8 GEMM of
+  codes G = c_A·c_B gives L_ij ≥ 2^(r_i + r_j − 2D)·G_ij.
 
-With h = ⌊log2 √K⌋ and 2^e_i ≤ min_j G_ij/U^B_j (frexp of a correctly rounded quotient, made
-a lower bound by one rounding's margin), p_i = g + 54 + 2D − W − h − e_i satisfies the first
-condition; a row with no such lower bound (G_ij = 0 for some column j that has non-zero
-entries) keeps its lossless width.  A row kept at its lossless width contributes no error.
+With h = ⌊log2 √K⌋ and 2^e_i ≤ min_j G_ij·2^(r_j − top_j)/U^B_j (frexp of a correctly rounded
+quotient, made a lower bound by one rounding's margin), p_i = g + 53 + 2D − W − h + top_i − r_i
+− e_i meets the first condition (one more below 53 bits, for the carry); a row with no such
+lower bound (G_ij = 0 for some column j that has non-zero entries) keeps its lossless width.
+A row kept at its lossless width contributes no error.
+
+The moduli.  The CRT needs ∏m > 2·max|A'B'|; the plans' capacity 2·K·(2^p − 1)(2^q − 1)
+assumes every entry at its row's maximum.  :class:`MagnitudeBound` bounds Σ_k |A'_ik||B'_kj|
+from the data instead, with a second int8 GEMM of *upper* codes ⌈|x|·2^(6 − top)⌉, exactly
+in integers; on phi = 0.5 data it is some 2^10 below, which the plan spends on more bits per
+row (ozaki.planning: every row keeps what the int8 plan of its need pays for).
 """
 
 from __future__ import annotations

@@ -99,7 +99,7 @@ def matmul(a, b, *, accuracy="fp64", engine: str = "auto"):
         ``"fp64"`` (default): DGEMM-level.  The bits kept per row of A and column of B follow
         from an exact lower bound of |A||B| (:mod:`ozaki.accuracy`) so that elementwise
         |Ĉ − C| ≤ u|C| + 2^-g·(1 + 2^-19)·√K·u·(|A||B|) + 2^-1075 (u = 2^-53; the last term is half
-        the smallest subnormal), g ≥ 0 reported by ``ozaki.explain(...).guard``: √K·2^g times
+        the smallest subnormal), g ≥ 4 reported by ``ozaki.explain(...).guard``: √K·2^g times
         inside DGEMM's worst-case bound u|C| + K·u·(|A||B|).  The moduli are the fewest those
         bits need, and every row then keeps all the bits the int8 plan of that need pays for,
         on every engine, so all engines return the same bits (which, unlike "exact", depend on

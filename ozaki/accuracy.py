@@ -103,22 +103,22 @@ def lower_abs_product_codes(x: torch.Tensor, window_top: torch.Tensor) -> torch.
     |x| ≥ 2^(r − D)·c, as the floor only lowers and an entry clamped to 127 is at least
     2^r > 127·2^(r − D).  (The scaling by a power of two is exact, or underflows, which
     only lowers it too.)"""
-    scaled = ldexp(x.abs(), (CODE_LEVELS - window_top)[:, None].expand_as(x))
+    scaled = ldexp(x.abs(), (CODE_LEVELS - window_top)[:, None])
     return scaled.clamp_(max=_CODE_MAX).floor_().to(torch.int8)
 
 
 def _code_product(codes_a: torch.Tensor, codes_bt: torch.Tensor) -> torch.Tensor:
-    """G = codes_a · codes_btᵀ exactly, as float64 (its integers are below 2^53)."""
+    """G = codes_a · codes_btᵀ exactly, as float64 (its integers are below 2^53): int8 GEMMs
+    accumulating in int32 (``torch._int_mm``, exact for chunks of K ≤ 2^17), summed in int64."""
     (m, k), n = codes_a.shape, codes_bt.shape[0]
-    if codes_a.device.type != "cuda":
-        # Exact in float64: each sum is below K·2^14.
-        return codes_a.to(torch.float64) @ codes_bt.to(torch.float64).T
-    # torch._int_mm: int8 × int8 → int32, with M > 16 and K, N multiples of 8.
-    pad_m, pad_k, pad_n = max(17, -(-m // 8) * 8), -(-k // 8) * 8, -(-n // 8) * 8
-    a = torch.nn.functional.pad(codes_a, (0, pad_k - k, 0, pad_m - m))
-    bt = torch.nn.functional.pad(codes_bt, (0, pad_k - k, 0, pad_n - n))
-    total = torch.zeros((pad_m, pad_n), dtype=torch.int64, device=codes_a.device)
-    for start in range(0, pad_k, _INT_MM_CHUNK):
+    a, bt = codes_a, codes_bt
+    if a.device.type == "cuda":
+        # cuBLASLt's int8 GEMM wants M > 16 and K, N multiples of 8: zero padding adds nothing.
+        pad_m, pad_k, pad_n = max(17, -(-m // 8) * 8), -(-k // 8) * 8, -(-n // 8) * 8
+        a = torch.nn.functional.pad(a, (0, pad_k - k, 0, pad_m - m))
+        bt = torch.nn.functional.pad(bt, (0, pad_k - k, 0, pad_n - n))
+    total = torch.zeros((a.shape[0], bt.shape[0]), dtype=torch.int64, device=a.device)
+    for start in range(0, a.shape[1], _INT_MM_CHUNK):
         chunk = slice(start, start + _INT_MM_CHUNK)
         total += torch._int_mm(a[:, chunk], bt[:, chunk].T)
     return total[:m, :n].to(torch.float64)
@@ -130,7 +130,7 @@ def _least_exponent(g: torch.Tensor, sums: torch.Tensor, offset: torch.Tensor,
     ``dim``), and whether that minimum is 0.  Every step is exact or one correctly rounded
     division, so the result is the same on every device."""
     shape = (1, -1) if dim == 1 else (-1, 1)
-    quotient = ldexp(g, offset.view(shape).expand_as(g)) / sums.view(shape).to(torch.float64)
+    quotient = ldexp(g, offset.view(shape)) / sums.view(shape).to(torch.float64)
     quotient = torch.where(sums.view(shape) > 0, quotient, torch.inf)
     least = quotient.amin(dim=dim) * _QUOTIENT_MARGIN
     return torch.frexp(least)[1].to(torch.int64) - 1, least == 0
@@ -143,7 +143,7 @@ _UPPER_LEVELS = 6
 def upper_abs_product_codes(x: torch.Tensor, top: torch.Tensor) -> torch.Tensor:
     """Per entry of x (R, K), the int8 code c = ⌈|x|·2^(D_U − top)⌉ ≤ 64 (at least 1 for a
     non-zero entry, also where the scaling underflows): |x| ≤ 2^(top − D_U)·c."""
-    scaled = ldexp(x.abs(), (_UPPER_LEVELS - top)[:, None].expand_as(x)).ceil_()
+    scaled = ldexp(x.abs(), (_UPPER_LEVELS - top)[:, None]).ceil_()
     return torch.where(x != 0, scaled.clamp_(min=1), 0).to(torch.int8)
 
 

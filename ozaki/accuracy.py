@@ -111,12 +111,13 @@ def _code_product(codes_a: torch.Tensor, codes_bt: torch.Tensor) -> torch.Tensor
     """G = codes_a · codes_btᵀ exactly, as float64 (its integers are below 2^53): int8 GEMMs
     accumulating in int32 (``torch._int_mm``, exact for chunks of K ≤ 2^17), summed in int64."""
     (m, k), n = codes_a.shape, codes_bt.shape[0]
-    a, bt = codes_a, codes_bt
-    if a.device.type == "cuda":
-        # cuBLASLt's int8 GEMM wants M > 16 and K, N multiples of 8: zero padding adds nothing.
-        pad_m, pad_k, pad_n = max(17, -(-m // 8) * 8), -(-k // 8) * 8, -(-n // 8) * 8
-        a = torch.nn.functional.pad(a, (0, pad_k - k, 0, pad_m - m))
-        bt = torch.nn.functional.pad(bt, (0, pad_k - k, 0, pad_n - n))
+    # Zero padding adds nothing.  K goes to a multiple of 8 everywhere: cuBLASLt's int8 GEMM
+    # wants it, and torch 2.11's CPU kernel returns wrong sums for K = 1 (checked against
+    # int64 products in tests/test_accuracy.py); on CUDA also M > 16 and N a multiple of 8.
+    pad_k = -(-k // 8) * 8
+    pad_m, pad_n = (max(17, -(-m // 8) * 8), -(-n // 8) * 8) if codes_a.device.type == "cuda" else (m, n)
+    a = torch.nn.functional.pad(codes_a, (0, pad_k - k, 0, pad_m - m))
+    bt = torch.nn.functional.pad(codes_bt, (0, pad_k - k, 0, pad_n - n))
     total = torch.zeros((a.shape[0], bt.shape[0]), dtype=torch.int64, device=a.device)
     for start in range(0, a.shape[1], _INT_MM_CHUNK):
         chunk = slice(start, start + _INT_MM_CHUNK)

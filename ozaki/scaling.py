@@ -117,10 +117,8 @@ def exact_bits(x: torch.Tensor) -> torch.Tensor:
     """Bits per row that make the scaling lossless: the span from the row's highest bit
     to its lowest set bit (0 for an all-zero row).
 
-    This is also what ``accuracy="fp64"`` takes: its target, a componentwise relative error
-    of 2^-55 on every scaled entry, needs 55 + (top − low_top) bits for a row whose entries
-    span top … low_top, and an entry's lowest set bit lies at most 53 places under its own
-    exponent, so the lossless width is never wider than that target's.
+    This is what ``accuracy="exact"`` keeps, and the most ``accuracy="fp64"`` keeps
+    (:mod:`ozaki.accuracy`).
     """
     return exact_bits_of(row_extents(x))
 

@@ -152,6 +152,16 @@ def test_levels_are_exact_integers_independent_of_row_order():
     assert torch.equal(moved_a, level_a[order]) and torch.equal(moved_b, level_b)
 
 
+@pytest.mark.parametrize(("m", "k", "n"), [(1, 1, 2), (3, 1, 4), (2, 3, 5), (17, 9, 1), (5, 40, 33)])
+def test_code_products_are_exact(m, k, n):
+    # The int8 code GEMM against int64 products, on the shapes where some torch releases'
+    # kernels go wrong (K = 1 on the CPU in torch 2.11).
+    gen = torch.Generator().manual_seed(m * k * n)
+    a = torch.randint(0, 128, (m, k), dtype=torch.int8, generator=gen)
+    bt = torch.randint(0, 128, (n, k), dtype=torch.int8, generator=gen)
+    assert torch.equal(accuracy._code_product(a, bt), (a.long() @ bt.long().T).to(torch.float64))
+
+
 def test_beyond_max_k_rows_keep_their_lossless_width(monkeypatch):
     monkeypatch.setattr(accuracy, "MAX_K", 4)
     rng = np.random.default_rng(2)

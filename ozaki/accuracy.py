@@ -50,10 +50,10 @@ import torch
 from kernels.float64 import SIGNIFICAND_BITS
 
 from ._bits import ldexp
-from .scaling import Extents, exact_bits_of
+from .scaling import Extents
 
-__all__ = ["CODE_LEVELS", "FP64_GUARD", "MAX_K", "UNBOUNDED", "MagnitudeBound", "bits_for", "fp64_levels",
-           "lower_abs_product_codes", "magnitude_bound", "upper_abs_product_codes"]
+__all__ = ["CODE_LEVELS", "FP64_GUARD", "MAX_K", "UNBOUNDED", "MagnitudeBound", "fp64_levels", "lower_abs_product_codes",
+           "magnitude_bound", "upper_abs_product_codes"]
 
 # The guard g the rule starts from (a plan keeps more where its moduli pay for it).
 FP64_GUARD = 4
@@ -67,10 +67,18 @@ _CODE_MAX = 127
 _INT_MM_CHUNK = 2**17
 # W for the upper sums: U ≤ K·2^W must stay below 2^53 to be exact as float64.
 _SUM_LEVELS = 30
+# The level of a row that no lower bound of |A||B| reaches: beyond every lossless width
+# (2^1024 down to 2^-1074 spans under 2100 bits), so it keeps its lossless width.
+UNBOUNDED = 1 << 20
 # The d of a zero entry: past every code and every sum.
 _ZERO = 1 << 20
 # frexp of fl(G/U) could round up past a power of two: this margin keeps 2^e ≤ G/U.
 _QUOTIENT_MARGIN = 1.0 - 2.0**-50
+
+
+def _tops(extents: Extents) -> torch.Tensor:
+    """top per row: the smallest t with every |x| < 2^t (frexp's exponent of the maximum)."""
+    return torch.frexp(extents.row_max)[1].to(torch.int64)
 
 
 def _binades_below(x: torch.Tensor, top: torch.Tensor) -> torch.Tensor:
@@ -87,10 +95,11 @@ def _upper_sums(x: torch.Tensor, top: torch.Tensor, levels: int) -> torch.Tensor
 
 def _window_tops(top: torch.Tensor, sums: torch.Tensor, k: int, levels: int) -> torch.Tensor:
     """r per row: the codes see the D binades under 2^r, placed 2^3 above the row's mean
-    magnitude bound 2^(top − W)·U/K (in exact integer steps) and never above its top, so
-    that a row's bulk, not only its few largest entries, enters the lower bound."""
-    mean = top - levels + _bit_length(sums) - k.bit_length()
-    return torch.minimum(mean + 3 + 1, top)
+    magnitude bound 2^(top − W)·U/K and never above its top, so that a row's bulk, not only
+    its few largest entries, enters the lower bound.  2^(top − W)·U/K < 2^mean_top, in exact
+    integer steps (U < 2^bit_length(U), K ≥ 2^(bit_length(K) − 1))."""
+    mean_top = top - levels + _bit_length(sums) - k.bit_length() + 1
+    return torch.minimum(mean_top + 3, top)
 
 
 def _bit_length(n: torch.Tensor) -> torch.Tensor:
@@ -125,16 +134,18 @@ def _code_product(codes_a: torch.Tensor, codes_bt: torch.Tensor) -> torch.Tensor
     return total[:m, :n].to(torch.float64)
 
 
-def _least_exponent(g: torch.Tensor, sums: torch.Tensor, offset: torch.Tensor,
-                    dim: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """e with 2^e ≤ min over the other side's lines that have U > 0 of G·2^offset/U (along
-    ``dim``), and whether that minimum is 0.  Every step is exact or one correctly rounded
+def _levels(base: torch.Tensor, g: torch.Tensor, sums: torch.Tensor, offset: torch.Tensor, dim: int) -> torch.Tensor:
+    """p = base − e per line along the other axis of G, with 2^e ≤ the minimum over the other
+    side's lines that have U > 0 of G·2^offset/U; UNBOUNDED where that minimum is 0 (no lower
+    bound of |A||B| reaches some output), 0 where the other side has no non-zero line (the
+    line meets only zeros, so makes no error).  Every step is exact or one correctly rounded
     division, so the result is the same on every device."""
     shape = (1, -1) if dim == 1 else (-1, 1)
     quotient = ldexp(g, offset.view(shape)) / sums.view(shape).to(torch.float64)
     quotient = torch.where(sums.view(shape) > 0, quotient, torch.inf)
     least = quotient.amin(dim=dim) * _QUOTIENT_MARGIN
-    return torch.frexp(least)[1].to(torch.int64) - 1, least == 0
+    level = _with_carry(base - (torch.frexp(least)[1].to(torch.int64) - 1))
+    return torch.where(least == 0, UNBOUNDED, torch.where(least.isinf(), 0, level))
 
 
 # The upper codes count in units of 2^(top − D_U): below 2^D_U = 64 for every entry.
@@ -180,43 +191,32 @@ class MagnitudeBound:
 
 def magnitude_bound(a: torch.Tensor, bt: torch.Tensor, extents_a: Extents, extents_b: Extents) -> MagnitudeBound:
     """The :class:`MagnitudeBound` of A (M, K) and Bᵀ (N, K), in exact integers."""
-    top_a = torch.frexp(extents_a.row_max)[1].to(torch.int64)
-    top_b = torch.frexp(extents_b.row_max)[1].to(torch.int64)
-    codes_a, codes_b = upper_abs_product_codes(a, top_a), upper_abs_product_codes(bt, top_b)
+    codes_a, codes_b = upper_abs_product_codes(a, _tops(extents_a)), upper_abs_product_codes(bt, _tops(extents_b))
     g = _code_product(codes_a, codes_b)
     rows_a, rows_b = codes_a.to(torch.int64).sum(dim=-1), codes_b.to(torch.int64).sum(dim=-1)
     return MagnitudeBound(int(g.max()), int(rows_a.max()), int(rows_b.max()), a.shape[-1])
-
-
-# The level of a row that no lower bound of |A||B| reaches: beyond every lossless width
-# (2^1024 down to 2^-1074 spans under 2100 bits), so it keeps its lossless width.
-UNBOUNDED = 1 << 20
 
 
 def fp64_levels(a: torch.Tensor, bt: torch.Tensor, extents_a: Extents,
                 extents_b: Extents) -> tuple[torch.Tensor, torch.Tensor]:
     """The bits p_i each row of A (M, K) and of Bᵀ (N, K) needs for the bound of the module
     docstring with g = 0 (:data:`UNBOUNDED` where no lower bound of |A||B| reaches it); a row
-    keeps min(level + g, lossless width) bits for guard g (:func:`bits_for`)."""
+    keeps min(level + g, lossless width) bits for guard g."""
     k = a.shape[-1]
     if k > MAX_K:
         # Past the K the derivation covers, every row keeps its lossless width.
         return (torch.full(a.shape[:-1], UNBOUNDED, dtype=torch.int64, device=a.device),
                 torch.full(bt.shape[:-1], UNBOUNDED, dtype=torch.int64, device=bt.device))
     levels = min(_SUM_LEVELS, 52 - k.bit_length())
-    top_a = torch.frexp(extents_a.row_max)[1].to(torch.int64)
-    top_b = torch.frexp(extents_b.row_max)[1].to(torch.int64)
+    top_a, top_b = _tops(extents_a), _tops(extents_b)
     u_a, u_b = _upper_sums(a, top_a, levels), _upper_sums(bt, top_b, levels)
     r_a, r_b = _window_tops(top_a, u_a, k, levels), _window_tops(top_b, u_b, k, levels)
     # L_ij ≥ 2^(r_i + r_j − 2D)·G_ij and S^B_j ≤ 2^(top_j − W)·U_j: the first condition reads
-    # 2^-p_i ≤ 2^(h − 54 − g + r_i − top_i − 2D + W)·min_j G_ij·2^(r_j − top_j)/U_j.
+    # 2^-p_i ≤ 2^(h − 53 − g + r_i − top_i − 2D + W)·min_j G_ij·2^(r_j − top_j)/U_j.
     g = _code_product(lower_abs_product_codes(a, r_a), lower_abs_product_codes(bt, r_b))
-    e_a, none_a = _least_exponent(g, u_b, r_b - top_b, dim=1)
-    e_b, none_b = _least_exponent(g, u_a, r_a - top_a, dim=0)
     base = 53 + 2 * CODE_LEVELS - levels - (k.bit_length() - 1) // 2  # h = ⌊log2 √K⌋
-    level_a = torch.where(none_a, UNBOUNDED, _with_carry(base + top_a - r_a - e_a))
-    level_b = torch.where(none_b, UNBOUNDED, _with_carry(base + top_b - r_b - e_b))
-    return level_a, level_b
+    return (_levels(base + top_a - r_a, g, u_b, r_b - top_b, dim=1),
+            _levels(base + top_b - r_b, g, u_a, r_a - top_a, dim=0))
 
 
 def _with_carry(level: torch.Tensor) -> torch.Tensor:
@@ -226,7 +226,3 @@ def _with_carry(level: torch.Tensor) -> torch.Tensor:
     one more bit makes up for it."""
     return torch.where(level < SIGNIFICAND_BITS, level + 1, level).clamp_(0, UNBOUNDED)
 
-
-def bits_for(level: torch.Tensor, extents: Extents, guard: int) -> torch.Tensor:
-    """min(level + guard, lossless width) per row."""
-    return torch.minimum(level + guard, exact_bits_of(extents))

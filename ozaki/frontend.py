@@ -103,7 +103,8 @@ def matmul(a, b, *, accuracy="fp64", engine: str = "auto"):
         inside DGEMM's worst-case bound u|C| + K·u·(|A||B|).  The moduli are the fewest those
         bits need, and every row then keeps all the bits the int8 plan of that need pays for,
         on every engine, so all engines return the same bits (which, unlike "exact", depend on
-        the whole of A and B, not on one row and one column).  With the default
+        the whole of A and B, not on one row and one column).  A result whose bound reaches the
+        overflow threshold may round to ±inf, as DGEMM's may.  With the default
         ``engine="auto"`` on a GPU, the product is computed by native float64 matmul (cuBLAS
         DGEMM) wherever the cost model (:mod:`ozaki.cost`, fixed per device and shape, never
         timed at call time) predicts the emulation slower; the result then carries DGEMM's

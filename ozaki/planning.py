@@ -22,9 +22,8 @@ from kernels.float64 import SIGNIFICAND_BITS
 from . import bands, catalog, cost
 from .formats import Encoding
 from .capacity import crt_capacity, has_capacity
-from .residues import reference_moduli
 from . import accuracy as fp64_rule
-from .accuracy import MagnitudeBound, bits_for, fp64_levels, magnitude_bound
+from .residues import reference_moduli
 from .scaling import Extents, exact_bits_of, fixed_bits_of, row_extents
 
 __all__ = ["ENGINES", "Moduli", "ProductPlan", "moduli_for", "native_verdict", "plan_product", "row_bits"]
@@ -127,12 +126,14 @@ def _filled(capacity: Callable[[int, int], int], product: int, p: int, q: int, w
     to the side that has gained fewer so far (A on ties), so the spare capacity is shared evenly."""
     wide_p, wide_q = p, q
     while True:
-        options = [(wide_p - p, wide_p + 1, wide_q)] if wide_p < widest_a else []
-        options += [(wide_q - q, wide_p, wide_q + 1)] if wide_q < widest_b else []
-        options = [o for o in options if has_capacity(product, capacity(o[1], o[2]))]
-        if not options:
+        grow_a = wide_p < widest_a and has_capacity(product, capacity(wide_p + 1, wide_q))
+        grow_b = wide_q < widest_b and has_capacity(product, capacity(wide_p, wide_q + 1))
+        if grow_a and (not grow_b or wide_p - p <= wide_q - q):
+            wide_p += 1
+        elif grow_b:
+            wide_q += 1
+        else:
             return wide_p, wide_q
-        _, wide_p, wide_q = min(options, key=lambda option: option[0])
 
 
 def kernels_available(device: torch.device) -> bool:
@@ -226,6 +227,8 @@ def plan_product(a: torch.Tensor, b: torch.Tensor, accuracy: Accuracy = "fp64", 
     basis = dict(m=m, k=k, n=n, batch=batch, accuracy=accuracy, engine=engine)
 
     # Native from the shape alone: the cheapest plan general float64 data can get is slower.
+    # The plan for rows of 53 bits stands for general float64 data: under "fp64", phi = 0.5
+    # data at K = 16384 take its 16 int8 moduli (benchmarks/RESULTS.md).
     verdict = native_verdict(m, k, n, accuracy, engine, device)
     if verdict is not None and verdict.native:
         return _logged(ProductPlan(**basis, path="native", reason=f"plan for rows of {SIGNIFICAND_BITS} bits",
@@ -237,9 +240,10 @@ def plan_product(a: torch.Tensor, b: torch.Tensor, accuracy: Accuracy = "fp64", 
     # 1. Scale: row i of A keeps bits_i, so |A'| ≤ 2^p − 1 with p = max bits_i; B's columns, q.
     (fa, nonfinite_a), (fb, nonfinite_b) = _finite(a), _finite(b)
     flat_a, flat_bt = fa.reshape(-1, m, k), fb.reshape(-1, k, n).transpose(-1, -2)
-    sides = [_sides(flat_a[index], flat_bt[index], accuracy) for index in range(batch)]
-    p = max(int(side[0].bits.max()) for side in sides)
-    q = max(int(side[1].bits.max()) for side in sides)
+    read = [_sides(flat_a[index], flat_bt[index], accuracy) for index in range(batch)]
+    sides = [(side_a, side_b) for side_a, side_b, _ in read]
+    p = max(int(side_a.bits.max()) for side_a, _ in sides)
+    q = max(int(side_b.bits.max()) for _, side_b in sides)
 
     # |A'B'| ≤ K·(2^p − 1)(2^q − 1); the CRT recovers it exactly, sign included, when
     # ∏m > 2·K·(2^p − 1)(2^q − 1): the capacity a plan advertises for k_max and input_bits.
@@ -248,9 +252,8 @@ def plan_product(a: torch.Tensor, b: torch.Tensor, accuracy: Accuracy = "fp64", 
     # the engine, so that every engine keeps the same bits and returns the same result.
     needed = functools.partial(crt_capacity, k)
     if accuracy == "fp64":
-        bound = functools.reduce(MagnitudeBound.joined, [magnitude for _, _, magnitude in sides])
-        sides = [(side_a, side_b) for side_a, side_b, _ in sides]
-        needed = lambda p_, q_: min(crt_capacity(k, p_, q_), bound.capacity(p_, q_))  # noqa: E731
+        magnitude = functools.reduce(fp64_rule.MagnitudeBound.joined, [bound for _, _, bound in read])
+        needed = lambda p_, q_: min(crt_capacity(k, p_, q_), magnitude.capacity(p_, q_))  # noqa: E731
         filled = _plan_moduli(_FILL_ENGINE, needed(p, q))
         if filled is not None:
             p, q = _filled(needed, math.prod(filled.moduli), p, q, max(int(a.lossless.max()) for a, _ in sides),
@@ -307,17 +310,19 @@ class _Side:
         return int((self.bits - self.level)[lossy].min()) if bool(lossy.any()) else None
 
 
-def _sides(a: torch.Tensor, bt: torch.Tensor, accuracy: Accuracy) -> tuple:
-    """The two sides of one product; under "fp64" also its :class:`ozaki.accuracy.MagnitudeBound`."""
+def _sides(a: torch.Tensor, bt: torch.Tensor,
+           accuracy: Accuracy) -> tuple[_Side, _Side, fp64_rule.MagnitudeBound | None]:
+    """The two sides of one product and, under "fp64", its bound on |A'||B'|."""
     extents_a, extents_b = extents(a), extents(bt)
     lossless_a, lossless_b = exact_bits_of(extents_a), exact_bits_of(extents_b)
     if accuracy != "fp64":
         return (_Side(extents_a, bits_of(extents_a, accuracy), lossless_a),
-                _Side(extents_b, bits_of(extents_b, accuracy), lossless_b))
-    level_a, level_b = fp64_levels(a, bt, extents_a, extents_b)
-    return (_Side(extents_a, bits_for(level_a, extents_a, fp64_rule.FP64_GUARD), lossless_a, level_a),
-            _Side(extents_b, bits_for(level_b, extents_b, fp64_rule.FP64_GUARD), lossless_b, level_b),
-            magnitude_bound(a, bt, extents_a, extents_b))
+                _Side(extents_b, bits_of(extents_b, accuracy), lossless_b), None)
+    level_a, level_b = fp64_rule.fp64_levels(a, bt, extents_a, extents_b)
+    guard = fp64_rule.FP64_GUARD
+    return (_Side(extents_a, torch.minimum(level_a + guard, lossless_a), lossless_a, level_a),
+            _Side(extents_b, torch.minimum(level_b + guard, lossless_b), lossless_b, level_b),
+            fp64_rule.magnitude_bound(a, bt, extents_a, extents_b))
 
 
 def _logged(plan: ProductPlan) -> ProductPlan:

@@ -162,6 +162,14 @@ def test_code_products_are_exact(m, k, n):
     assert torch.equal(accuracy._code_product(a, bt), (a.long() @ bt.long().T).to(torch.float64))
 
 
+def test_rows_that_meet_only_zeros_need_no_bits():
+    # B all zero: no row of A can err, and B's columns keep nothing (their lossless width, 0).
+    a = torch.from_numpy(phi_entries(np.random.default_rng(4), (3, 6), 1.0))
+    bt = torch.zeros((2, 6), dtype=torch.float64)
+    level_a, _ = accuracy.fp64_levels(a, bt, row_extents(a), row_extents(bt))
+    assert level_a.tolist() == [0, 0, 0]
+
+
 def test_beyond_max_k_rows_keep_their_lossless_width(monkeypatch):
     monkeypatch.setattr(accuracy, "MAX_K", 4)
     rng = np.random.default_rng(2)

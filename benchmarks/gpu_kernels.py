@@ -21,7 +21,7 @@ from triton.testing import do_bench
 from kernels.crt import decode_residues
 from kernels.residues import encode_planes
 from kernels.products import (CONFIGS, PlaneGemmConfig, _launch, _to_operand, modular_matmul, plan_chunk,
-                              reference_modular_matmul)
+                              reference_modular_matmul, residue_dtype)
 from ozaki import products
 from ozaki.crt import garner, round_to_float64
 from kernels.digits import digit_set
@@ -76,8 +76,8 @@ def window_probe(window: int, k: int) -> None:
     cfg = PlaneGemmConfig(128, 128, 128, num_warps=8, num_stages=3, imprecise_window=window)
     modulus = 2**31 - 1  # large modulus: the residue is the exact sum itself
     out = torch.empty((1, 1, rows, rows), dtype=torch.int64, device="cuda")
-    _launch(_to_operand(a, "e4m3", 128), _to_operand(b, "e4m3", 128), [1], [0, 1],
-            [modulus], out, "e4m3", cfg, k)
+    _launch(_to_operand(a, "e4m3", 128), _to_operand(b, "e4m3", 128), (1,), (0, 1),
+            (modulus,), out, "e4m3", cfg, k)
     want = reference_modular_matmul(a[:, 0], b[:, 0], [1], modulus)
     status = "exact" if torch.equal(out[0, 0], want) else f"WRONG max|diff| {int((out[0, 0] - want).abs().max())}"
     log(f"window e4m3 W={window:<4} K={k} digits 11/12 (W*144={window * 144}): {status}")
@@ -105,11 +105,11 @@ def bench(name: str, fn, n: int, matmul: bool = True) -> float:
     return ms
 
 
-def plane_gemm(a_op, b_op, operand: str, cfg: PlaneGemmConfig, planes: int, n: int, out_dtype=torch.int32):
-    out = torch.empty((1, 1, n, n), dtype=out_dtype, device="cuda")
-    coeffs = list(range(1, planes + 1))
+def plane_gemm(a_op, b_op, operand: str, cfg: PlaneGemmConfig, planes: int, n: int):
+    out = torch.empty((1, 1, n, n), dtype=residue_dtype([251]), device="cuda")
+    coeffs = tuple(range(1, planes + 1))
     chunk = plan_chunk(operand, cfg, 144 if operand != "int8" else 128 * 128)
-    return lambda: _launch(a_op, b_op, coeffs, [0, planes], [251], out, operand, cfg, chunk)
+    return lambda: _launch(a_op, b_op, coeffs, (0, planes), (251,), out, operand, cfg, chunk)
 
 
 def int8_residue_encoding(m: int):

@@ -6,8 +6,10 @@ members of the default's class alone, so whichever wins, the result is bit for b
 The tuner reads those classes as data, ``kernels/classes.json``, which the checker writes
 (``ozaki-check classes --write``) and a test keeps equal to what it computes: a product never
 loads the checker.
-Timing happens once per workload key on CUDA (``triton.testing.do_bench``, median) and the winner is
-cached in-process.  On the CPU the kernels run in Triton's interpreter, whose timings say nothing
+Timing happens once per workload key on CUDA (``triton.testing.do_bench``, median).  The winner is
+cached in-process and on disk (:func:`cache_file`), so a later process on the same device and
+software finds it without timing; a stored winner is used only while it is still a member of the
+class the tuner would time.  On the CPU the kernels run in Triton's interpreter, whose timings say nothing
 about a GPU, so the default is returned untimed; so it is on GPUs the descriptors do not model,
 where no class has been proven.  Every choice is logged on ``logging.getLogger("ozaki.kernels")``.
 """
@@ -19,17 +21,21 @@ import functools
 import json
 import logging
 import os
+import re
+import tempfile
 import threading
 from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
 
 import torch
+import triton
 import triton.testing
 from triton.runtime.errors import OutOfResources
 
 from kernels import products
 
-__all__ = ["CLASSES_FILE", "best_config", "candidates", "clear_cache", "target_for", "tuned_plane_config"]
+__all__ = ["CACHE_DIR_VARIABLE", "CLASSES_FILE", "best_config", "cache_file", "candidates", "clear_cache", "target_for",
+           "tuned_plane_config"]
 
 # {target: {kernel: {"configs": [...], "classes": [[index, ...], ...]}}}, written by the checker.
 CLASSES_FILE = Path(__file__).with_name("classes.json")
@@ -42,11 +48,13 @@ _log = logging.getLogger("ozaki.kernels")
 _lock = threading.RLock()
 _winners: dict[Hashable, tuple] = {}
 
+# Where tuned winners persist across processes: this variable's folder, else $XDG_CACHE_HOME/ozaki
+# (~/.cache/ozaki); set it to an empty string to keep winners in-process only.
+CACHE_DIR_VARIABLE = "OZAKI_CACHE_DIR"
+
 # Timing planes hold only -1, 0 and 1 (members of every digit set); the chunking the real digits
 # need is passed explicitly as k_chunk, so the launch does the same work as the real one.
 _TIMING_DIGITS = (-1, 0, 1)
-_SMALL_MODULI_BELOW = 2**15  # kernels.products's 32-bit residue path serves moduli below it (the catalog's)
-_LARGE_MODULUS = 2**31 - 1
 
 
 def _freeze(config: dict) -> tuple:
@@ -115,6 +123,48 @@ def _device(device) -> torch.device:
     return device
 
 
+def cache_file(device) -> Path | None:
+    """The file holding the tuned winners for CUDA `device` with the installed torch and Triton (a
+    new release may compile the same config into a faster or slower kernel), or None when
+    ``OZAKI_CACHE_DIR`` is set empty."""
+    folder = os.environ.get(CACHE_DIR_VARIABLE)
+    if folder is None:
+        folder = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "ozaki")
+    if not folder:
+        return None
+    device = torch.device(device)
+    model = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+    device_name = re.sub(r"[^A-Za-z0-9.]+", "-", model)
+    return Path(folder) / f"autotune-{device_name}-torch{torch.__version__}-triton{triton.__version__}.json"
+
+
+def _stored(path: Path | None) -> dict[str, list]:
+    if path is None or not path.exists():
+        return {}
+    try:
+        stored = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        _log.warning("autotune: ignoring unreadable cache %s (%s)", path, error)
+        return {}
+    return stored if isinstance(stored, dict) else {}
+
+
+def _store(path: Path | None, entry: str, winner: tuple) -> None:
+    """Adds one winner to the file, replacing it whole (a reader never sees half a file; of two
+    processes writing at once, one's new entry may be lost and is timed again later)."""
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        stored = _stored(path)
+        stored[entry] = [list(pair) for pair in winner]
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=path.name, suffix=".tmp", delete=False) as f:
+            json.dump(stored, f, indent=1, sort_keys=True)
+        os.replace(f.name, path)
+    except OSError as error:
+        _log.warning("autotune: cannot write the cache %s (%s); winners stay in this process", path, error)
+
+
 def _time(name: str, run: Callable[[dict], object], default: tuple, members: list[tuple]) -> tuple:
     """The fastest of `members` by median do_bench time; ties go to the earlier, the default first."""
     timings = []
@@ -173,7 +223,15 @@ def best_config(
         best = _winners.get(cache_key)
         if best is None:
             admitted = [c for c in members if admits is None or admits(dict(c))]
-            best = _winners[cache_key] = _time(name, run, frozen, admitted)
+            path, entry = cache_file(device), repr((name, target, frozen, key))
+            stored = _stored(path).get(entry)
+            best = stored and tuple(tuple(pair) for pair in stored)
+            if best in admitted:
+                _log.debug("autotune %s: %s from %s", name, dict(best), path)
+            else:
+                best = _time(name, run, frozen, admitted)
+                _store(path, entry, best)
+            _winners[cache_key] = best
     return dict(best)
 
 
@@ -206,7 +264,8 @@ def tuned_plane_config(
     of `operand` whose exactness windows admit planes with largest ``|P_t| * |Q_t|`` = `max_product`
     (every such config returns the exact residues).  planes: the plane count of each group (an int:
     one group) in a launch of [T, M, K] x [T, N, K] planes; moduli: each group's modulus (None: all
-    below 2**15, as in the catalog), which selects the kernel's residue arithmetic.  On CPU the
+    at most 2**8, as in the catalog), whose ``residue_dtype`` selects the kernel's residue arithmetic.
+    On CPU the
     launcher's own default: the first of ``CONFIGS[operand]`` that admits max_product."""
     if operand not in products.CONFIGS:
         raise ValueError(f"unknown operand {operand!r}; known: {', '.join(products.CONFIGS)}")
@@ -218,7 +277,9 @@ def tuned_plane_config(
     counts = tuple(_positive("planes", c) for c in counts)
     if moduli is not None and len(moduli) != len(counts):
         raise ValueError(f"tuned_plane_config: {len(moduli)} moduli for {len(counts)} groups: one per group")
-    small = moduli is None or max(moduli) < _SMALL_MODULI_BELOW
+    # Time with the largest modulus of the residue type the real moduli take: the same arithmetic.
+    residues = products.residue_dtype(moduli or [2**8])
+    timing_modulus = {torch.uint8: 2**8, torch.int16: 2**15 - 1}.get(residues, 2**31 - 1)
 
     def refusal(config) -> str | None:
         # Until kernels.products exports a public admission test: plan_chunk raises ValueError outside the windows.
@@ -244,15 +305,17 @@ def tuned_plane_config(
         def draw(rows, count):
             return values[torch.randint(0, len(values), (count, rows, k), generator=generator, device=device)]
 
-        modulus = _SMALL_MODULI_BELOW - 1 if small else _LARGE_MODULUS
-        return [(draw(m, c), draw(n, c), [1] * c, modulus) for c in counts]
+        return [(draw(m, c), draw(n, c), [1] * c, timing_modulus) for c in counts]
 
     def run(config: dict) -> None:
         plane_config = products.PlaneGemmConfig(**config)
         chunk = products.plan_chunk(operand, plane_config, max_product)
         products.grouped_modular_matmul(groups(), digits=products.OPERANDS[operand], operand=operand,
-                                        config=plane_config, k_chunk=chunk)
+                                        config=plane_config, k_chunk=chunk, out_dtype=residues)
 
-    chosen = best_config(f"modular_matmul.{operand}", run, key=(m, n, k, counts, max_product, small), device=device,
+    # Shapes within one power of two share a winner: a new shape costs no timing, and the best
+    # tiling moves with the shape's scale, not with its exact size.
+    buckets = tuple(1 << (size - 1).bit_length() for size in (m, n, k))
+    chosen = best_config(f"modular_matmul.{operand}", run, key=(*buckets, counts, max_product, str(residues)), device=device,
                          default=dataclasses.asdict(default), admits=admits)
     return products.PlaneGemmConfig(**chosen)

@@ -71,6 +71,8 @@ HALF_MODULUS_ERROR = (
 # whole entries (all their limbs), see the module docstring.
 DECODE_BLOCK = 256
 DECODE_WARPS = 4
+# The residue types decode_residues reads (kernels.products.residue_dtype writes the narrowest).
+_RESIDUE_DTYPES = (torch.uint8, torch.int16, torch.int32, torch.int64)
 # Limb widths.  Four limbs hold at least 3 * 21 + 1 >= 54 bits under the top bit (the
 # 53 kept and the rounding bit); two limbs of at most 31 bits fit one int64 in _round.
 _MIN_LIMB_BITS = 21
@@ -181,7 +183,7 @@ def _decode_kernel(
     sums = tl.zeros((LIMB_PAD, BLOCK), tl.float64)
     outside = tl.zeros((BLOCK,), tl.int1)
     for i in tl.static_range(N_MODULI):
-        residue = tl.load(c_ptrs, mask=mask, other=0)
+        residue = tl.load(c_ptrs, mask=mask, other=0).to(tl.int64)
         modulus = tl.load(moduli_ptr + i)
         wrong = (residue <= -modulus) | (residue >= modulus)
         outside |= wrong
@@ -315,16 +317,17 @@ def decode_residues(c: torch.Tensor, moduli: Sequence[int], row_exponent: torch.
                     col_exponent: torch.Tensor) -> torch.Tensor:
     """float64 ``[R, C]``: the signed integer Y with ``Y ≡ c[i] (mod moduli[i])`` and
     ``-M/2 < Y < M/2`` (M = prod(moduli)), times ``2**(row_exponent[r] + col_exponent[c])``,
-    rounded once to nearest even.  ``c`` is an int32 or int64 tensor
-    ``[len(moduli), R, C]`` of residues, any representative with ``|c[i]| < moduli[i]``
-    (``[0, m)`` or balanced).  Raises ValueError for a residue out of that range and, for
+    rounded once to nearest even.  ``c`` is an integer tensor (uint8, int16, int32 or int64,
+    as narrow as the plane GEMM writes them) ``[len(moduli), R, C]`` of residues, any
+    representative with ``|c[i]| < moduli[i]`` (``[0, m)`` or balanced).  Raises ValueError for a residue out of that range and, for
     even M, where Y ≡ M/2 (mod M), the one class without a representative in the window:
     the product reached M/2 in magnitude, the moduli's capacity too small.  Every other
     product past the capacity is indistinguishable from its representative, which is what
     the result rounds: the caller guarantees the capacity (the pipeline asks for
     M > 2 * K * (2**p - 1) * (2**q - 1))."""
-    if not isinstance(c, torch.Tensor) or c.dtype not in (torch.int32, torch.int64):
-        raise TypeError(f"c must be an int32 or int64 tensor, got {getattr(c, 'dtype', type(c).__name__)}")
+    if not isinstance(c, torch.Tensor) or c.dtype not in _RESIDUE_DTYPES:
+        raise TypeError(f"c must be a uint8, int16, int32 or int64 tensor, got "
+                        f"{getattr(c, 'dtype', type(c).__name__)}")
     moduli = tuple(moduli)
     if not moduli:
         raise ValueError("decode needs at least one modulus")

@@ -7,6 +7,14 @@ that stay inside it.  Inside the kernel each finished chunk is converted to an i
 multiplied by its coefficient and reduced mod m, in a fixed order, so the result is the
 same integer on every device, tile shape and operand type.
 
+One launch computes the products of every modulus: the kernel is persistent (one program
+per multiprocessor walks the output tiles of all moduli), and each tile leaves it as
+residues in the narrowest type that holds them (:func:`residue_dtype`: uint8 for the
+catalog's moduli, all at most 2**8), reduced in fp32 registers rather than by integer
+division.  :func:`encoded_modular_matmul`, the pipeline's entry, takes planes whose
+digits the encode kernel guarantees and reads nothing back to the host, so a product
+queues its work without waiting for the device.
+
 Operand types ("operands"):
 
 * ``int8``: int8 x int8 -> int32 (``wgmma .s32.s8.s8`` on sm_90).  Exact while
@@ -28,6 +36,8 @@ The chosen operand type for each call is logged on ``logging.getLogger("ozaki.ke
 from __future__ import annotations
 
 import dataclasses
+import functools
+import itertools
 import logging
 from collections.abc import Sequence
 from fractions import Fraction
@@ -48,10 +58,12 @@ __all__ = [
     "OPERANDS",
     "PlaneGemmConfig",
     "compile_ptx",
+    "encoded_modular_matmul",
     "grouped_modular_matmul",
     "modular_matmul",
     "plan_chunk",
     "reference_modular_matmul",
+    "residue_dtype",
     "select_operand",
 ]
 
@@ -106,16 +118,14 @@ class PlaneGemmConfig:
 # First entry of each list is the default; the launcher takes the first entry whose
 # exactness windows admit the planes.  Benchmarks time the whole list.
 CONFIGS: dict[str, tuple[PlaneGemmConfig, ...]] = {
-    # Ordered by the H200 timings at 8192^3 in benchmarks/kernels.md.
+    # int8: ordered by the H200 timings of 16-moduli launches at n = 8192 and 16384 in benchmarks/kernels.md
+    # (persistent kernel); e4m3 and e2m1 by the earlier timings at 8192^3 there.
     "int8": (
-        PlaneGemmConfig(128, 256, 128, num_warps=8, num_stages=3),
-        PlaneGemmConfig(128, 256, 128, num_warps=8, num_stages=4, tma=True),
-        PlaneGemmConfig(256, 128, 128, num_warps=8, num_stages=4, tma=True),
         PlaneGemmConfig(128, 256, 128, num_warps=8, num_stages=3, tma=True),
+        PlaneGemmConfig(256, 128, 128, num_warps=8, num_stages=3, tma=True),
+        PlaneGemmConfig(128, 256, 128, num_warps=8, num_stages=3),
         PlaneGemmConfig(128, 128, 128, num_warps=8, num_stages=4, tma=True),
         PlaneGemmConfig(128, 128, 128, num_warps=4, num_stages=4),
-        PlaneGemmConfig(256, 128, 128, num_warps=8, num_stages=3, tma=True),
-        PlaneGemmConfig(256, 128, 128, num_warps=8, num_stages=3),
     ),
     "e4m3": (
         PlaneGemmConfig(128, 128, 128, num_warps=8, num_stages=4, imprecise_window=64, tma=True),
@@ -182,11 +192,34 @@ def _reduce(x, modulus, inverse):
 
 
 @triton.jit
-def _combine(residue, part, coef, modulus, inverse, SMALL_MODULI: tl.constexpr):
+def _reduce_fp32(x, modulus, inverse):
+    # x mod m in [0, m) for an integer-valued fp32 |x| <= 2**24 - 2**9 and m <= 2**8, in
+    # single-precision registers (an int32 % is a long emulated routine): fl(x * fl(1/m)) is
+    # within |x/m| * 2**-23 < 1 of x/m, so q = floor of it is floor(x/m) - 1, + 0 or + 1,
+    # |q * m| <= |x| + m <= 2**24 is exact, and x - q * m is an exact integer in [-m, 2m).
+    q = tl.floor(x * inverse)
+    r = x - q * modulus
+    r = tl.where(r < 0, r + modulus, r)
+    return tl.where(r >= modulus, r - modulus, r)
+
+
+@triton.jit
+def _combine(residue, part, coef, modulus, inverse, RESIDUE_BITS: tl.constexpr):
     # (residue + part * coef) mod m as int32 in [0, m), for residue in [0, m), coef in
     # [0, m) and an exact chunk sum |part| < 2**31 (int32, or an integer-valued fp32).
-    if SMALL_MODULI:
-        # m < 2**15: every intermediate stays below 2**30, in 32-bit registers (the 64-bit
+    if RESIDUE_BITS == 8:
+        # m <= 2**8, in fp32: part = high * 2**16 + low with |high| <= 2**15, 0 <= low < 2**16,
+        # so high * (2**16 mod m) + low lies in (-2**23, 2**23 + 2**16), and after the first
+        # reduction residue + r * coef <= (m - 1) * m < 2**16: both inside _reduce_fp32's range.
+        part32 = part.to(tl.int32)
+        m32 = modulus.to(tl.int32)
+        folded = (part32 >> 16) * (65536 % m32) + (part32 & 0xFFFF)
+        m_f = modulus.to(tl.float32)
+        inv_f = inverse.to(tl.float32)
+        r = _reduce_fp32(folded.to(tl.float32), m_f, inv_f)
+        r = _reduce_fp32(residue + r * coef.to(tl.float32), m_f, inv_f)
+    elif RESIDUE_BITS == 16:
+        # m <= 2**15: every intermediate stays below 2**30, in 32-bit registers (the 64-bit
         # path spills on 128 x 256 tiles).  % takes the dividend's sign; shift into [0, m).
         m32 = modulus.to(tl.int32)
         r = (residue + (part.to(tl.int32) % m32) * coef.to(tl.int32)) % m32
@@ -200,25 +233,19 @@ def _combine(residue, part, coef, modulus, inverse, SMALL_MODULI: tl.constexpr):
 @triton.jit
 def _plane_gemm_kernel(
     a_src, b_src, coef_ptr, plane_start_ptr, moduli_ptr, out_ptr,
-    M, N, n_batch, n_k_blocks, chunk_blocks, stride_a, stride_b,
+    M, N, n_products, n_batch, n_k_blocks, chunk_blocks, stride_a, stride_b,
     stride_og, stride_ob, stride_om, stride_on,
-    OPERAND: tl.constexpr, SINGLE_FLUSH: tl.constexpr, SMALL_MODULI: tl.constexpr, USE_TMA: tl.constexpr,
+    OPERAND: tl.constexpr, SINGLE_FLUSH: tl.constexpr, RESIDUE_BITS: tl.constexpr, USE_TMA: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    IMPRECISE_WINDOW: tl.constexpr,
+    IMPRECISE_WINDOW: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
 ):
-    # Grouped swizzle of the output tiles so neighbouring programs share A and B in L2.
-    pid = tl.program_id(0)
+    # Persistent: NUM_PROGRAMS programs walk the output tiles of every (group, batch) product,
+    # one product after the other, so one launch serves all moduli with no tail wave per
+    # modulus, and the programs at work at any time share one product's A and B panels in L2.
     grid_m = tl.cdiv(M, BLOCK_M)
     grid_n = tl.cdiv(N, BLOCK_N)
+    tiles = grid_m * grid_n
     width = GROUP_M * grid_n
-    first_m = (pid // width) * GROUP_M
-    size_m = tl.minimum(grid_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % width) % size_m
-    pid_n = (pid % width) // size_m
-
-    group_batch = tl.program_id(1)
-    group = group_batch // n_batch
-    batch = group_batch % n_batch
 
     if OPERAND == "e2m1":
         PACKED_K: tl.constexpr = BLOCK_K // 2
@@ -230,47 +257,58 @@ def _plane_gemm_kernel(
         PACKED_K: tl.constexpr = BLOCK_K
         ACC_DTYPE: tl.constexpr = tl.int32
 
-    # Tile rows past M (N) read the next plane's rows, or wrap (pointer path) / zero-fill
-    # (TMA) at the end of the tensor; they are never stored.  K was padded to whole blocks.
-    offs_am = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
-    offs_bn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
-    if USE_TMA:
-        tile_m = pid_m * BLOCK_M
-        tile_n = pid_n * BLOCK_N
-    else:
-        tile_m = 0
-        tile_n = 0
+    for tile in tl.range(tl.program_id(0), tiles * n_products, NUM_PROGRAMS):
+        group_batch = tile // tiles
+        group = group_batch // n_batch
+        batch = group_batch % n_batch
+        # Grouped order of one product's tiles, so neighbouring programs share A and B in L2.
+        pid = tile % tiles
+        first_m = (pid // width) * GROUP_M
+        size_m = tl.minimum(grid_m - first_m, GROUP_M)
+        pid_m = first_m + (pid % width) % size_m
+        pid_n = (pid % width) // size_m
 
-    t_start = tl.load(plane_start_ptr + group)
-    t_end = tl.load(plane_start_ptr + group + 1)
-    modulus = tl.load(moduli_ptr + group)
-    inverse = 1.0 / modulus.to(tl.float64)
-    # Chunk sums are below 2**31 and m < 2**31, so every _reduce argument stays below m * 2**50.
-    if SINGLE_FLUSH:
-        # One plane, one chunk: no residue carried across the K loop (keeps registers free).
-        coef = tl.load(coef_ptr + t_start)
-        plane = tl.cast(t_start, tl.int64) * n_batch + batch
-        part = _dot_blocks(a_src, b_src, plane * M + tile_m, plane * N + tile_n, offs_am, offs_bn, stride_a,
-                           stride_b, 0, n_k_blocks, ACC_DTYPE, OPERAND, USE_TMA, BLOCK_M, BLOCK_N, BLOCK_K, PACKED_K,
-                           IMPRECISE_WINDOW)
-        residue = _combine(0, part, coef, modulus, inverse, SMALL_MODULI)
-    else:
-        residue = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
-        for t in range(t_start, t_end):
-            coef = tl.load(coef_ptr + t)
-            plane = tl.cast(t, tl.int64) * n_batch + batch
-            for kb in range(0, n_k_blocks, chunk_blocks):
-                part = _dot_blocks(a_src, b_src, plane * M + tile_m, plane * N + tile_n, offs_am, offs_bn, stride_a,
-                                   stride_b, kb, tl.minimum(kb + chunk_blocks, n_k_blocks), ACC_DTYPE, OPERAND,
-                                   USE_TMA, BLOCK_M, BLOCK_N, BLOCK_K, PACKED_K, IMPRECISE_WINDOW)
-                residue = _combine(residue, part, coef, modulus, inverse, SMALL_MODULI)
+        # Tile rows past M (N) read the next plane's rows, or wrap (pointer path) / zero-fill
+        # (TMA) at the end of the tensor; they are never stored.  K was padded to whole blocks.
+        offs_am = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
+        offs_bn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+        if USE_TMA:
+            tile_m = pid_m * BLOCK_M
+            tile_n = pid_n * BLOCK_N
+        else:
+            tile_m = 0
+            tile_n = 0
 
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    # 64-bit offsets: G * M * N may pass 2**31 even where each stride does not.
-    out_ptrs = (out_ptr + tl.cast(group, tl.int64) * stride_og + tl.cast(batch, tl.int64) * stride_ob
-                + tl.cast(rows, tl.int64)[:, None] * stride_om + cols[None, :] * stride_on)
-    tl.store(out_ptrs, residue, mask=(rows[:, None] < M) & (cols[None, :] < N))
+        t_start = tl.load(plane_start_ptr + group)
+        t_end = tl.load(plane_start_ptr + group + 1)
+        modulus = tl.load(moduli_ptr + group)
+        inverse = 1.0 / modulus.to(tl.float64)
+        # Chunk sums are below 2**31 and m < 2**31, so every _reduce argument stays below m * 2**50.
+        if SINGLE_FLUSH:
+            # One plane, one chunk: no residue carried across the K loop (keeps registers free).
+            coef = tl.load(coef_ptr + t_start)
+            plane = tl.cast(t_start, tl.int64) * n_batch + batch
+            part = _dot_blocks(a_src, b_src, plane * M + tile_m, plane * N + tile_n, offs_am, offs_bn, stride_a,
+                               stride_b, 0, n_k_blocks, ACC_DTYPE, OPERAND, USE_TMA, BLOCK_M, BLOCK_N, BLOCK_K,
+                               PACKED_K, IMPRECISE_WINDOW)
+            residue = _combine(0, part, coef, modulus, inverse, RESIDUE_BITS)
+        else:
+            residue = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
+            for t in range(t_start, t_end):
+                coef = tl.load(coef_ptr + t)
+                plane = tl.cast(t, tl.int64) * n_batch + batch
+                for kb in range(0, n_k_blocks, chunk_blocks):
+                    part = _dot_blocks(a_src, b_src, plane * M + tile_m, plane * N + tile_n, offs_am, offs_bn,
+                                       stride_a, stride_b, kb, tl.minimum(kb + chunk_blocks, n_k_blocks), ACC_DTYPE,
+                                       OPERAND, USE_TMA, BLOCK_M, BLOCK_N, BLOCK_K, PACKED_K, IMPRECISE_WINDOW)
+                    residue = _combine(residue, part, coef, modulus, inverse, RESIDUE_BITS)
+
+        rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        # 64-bit offsets: G * M * N may pass 2**31 even where each stride does not.
+        out_ptrs = (out_ptr + tl.cast(group, tl.int64) * stride_og + tl.cast(batch, tl.int64) * stride_ob
+                    + tl.cast(rows, tl.int64)[:, None] * stride_om + cols[None, :] * stride_on)
+        tl.store(out_ptrs, residue.to(out_ptr.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
 
 
 def _capability(device: torch.device) -> tuple[int, int] | None:
@@ -422,6 +460,18 @@ def _check_shapes(a_planes: torch.Tensor, b_planes: torch.Tensor) -> None:
         )
 
 
+def residue_dtype(moduli: Sequence[int]) -> torch.dtype:
+    """The narrowest type the plane GEMM stores residues in [0, m) of ``moduli`` as:
+    uint8 up to m = 2**8, int16 below 2**15, else int32."""
+    top = max(moduli)
+    return torch.uint8 if top <= 2**8 else torch.int16 if top < _SMALL_MODULUS else torch.int32
+
+
+def _residue_bits(dtype: torch.dtype) -> int:
+    # The kernel's residue arithmetic for the moduli that residue_dtype gives `dtype`.
+    return {torch.uint8: 8, torch.int16: 16}.get(dtype, 32)
+
+
 def grouped_modular_matmul(
     groups: Sequence[tuple[torch.Tensor, torch.Tensor, Sequence[int], int]],
     *,
@@ -435,11 +485,15 @@ def grouped_modular_matmul(
     one shape in a single launch; returns ``[G, ..., M, N]``.  Plane counts may differ
     between groups.  ``operand`` (default: ``select_operand``), ``config`` (default: the
     first of ``CONFIGS[operand]`` that the planes' windows admit) and ``k_chunk``
-    (default: the exact bound) override the automatic choices after validation."""
+    (default: the exact bound) override the automatic choices after validation.
+    ``out_dtype``: any integer type holding every modulus minus one (``residue_dtype`` is the
+    narrowest, which the kernel writes; wider types are a cast of it).
+
+    The planes' maxima, which set the exactness windows, are read back to the host here:
+    planes whose digits are known by construction go through :func:`encoded_modular_matmul`,
+    which reads nothing back."""
     if not groups:
         raise ValueError("grouped_modular_matmul needs at least one group")
-    if out_dtype not in (torch.int32, torch.int64):
-        raise TypeError(f"out_dtype {out_dtype}: residues are returned as torch.int32 or torch.int64")
     first_a, first_b = groups[0][0], groups[0][1]
     device = first_a.device if isinstance(first_a, torch.Tensor) else None
     max_product, coefficients, moduli, plane_start = 1, [], [], [0]
@@ -453,7 +507,83 @@ def grouped_modular_matmul(
         moduli.append(modulus)
         plane_start.append(len(coefficients))
         max_product = max([max_product] + [p * q for p, q in zip(a_max, b_max)])
+    narrowest = residue_dtype(moduli)
+    if out_dtype not in (torch.uint8, torch.int16, torch.int32, torch.int64):
+        raise TypeError(f"out_dtype {out_dtype}: residues are returned as torch.uint8, int16, int32 or int64")
+    if out_dtype != torch.int64 and out_dtype.itemsize < narrowest.itemsize:
+        raise TypeError(f"out_dtype {out_dtype} cannot hold residues mod {max(moduli)}: use {narrowest} or wider")
+    operand = _checked_operand(digits, operand, device)
+    config = config or _default_config(operand, max_product)
+    chunk = plan_chunk(operand, config, max_product, k_chunk)
 
+    *batch, m_rows, k = first_a.shape[1:]
+    n_cols = first_b.shape[-2]
+    out = torch.empty((len(groups), *batch, m_rows, n_cols), dtype=narrowest, device=device)
+    if out.numel() and k == 0:
+        out.zero_()
+    elif out.numel():
+        n_batch = out[0, ..., 0, 0].numel()
+
+        def stack(index: int) -> torch.Tensor:
+            planes = _joined([g[index] for g in groups])
+            return _to_operand(planes.reshape(planes.shape[0], n_batch, *planes.shape[-2:]), operand,
+                               config.block_k)
+
+        _launch(stack(0), stack(1), tuple(coefficients), tuple(plane_start), tuple(moduli),
+                out.view(len(groups), n_batch, m_rows, n_cols), operand, config, chunk)
+    return out if out_dtype == narrowest else out.to(out_dtype)
+
+
+def encoded_modular_matmul(planes_a: torch.Tensor, planes_b: torch.Tensor, encodings: Sequence, *,
+                           config: PlaneGemmConfig | None = None) -> torch.Tensor:
+    """``C'_i = sum_t coefficient_t * P_t(A'_i) @ Q_t(B'_i)^T mod m_i`` for every encoding i, in one
+    launch and without a round trip to the host: ``[len(encodings), M, N]`` residues in
+    ``residue_dtype`` of the moduli.
+
+    ``planes_a`` ``[T, M, K]`` and ``planes_b`` ``[T, N, K]`` are the planes
+    ``kernels.residues.encode_planes`` writes for ``encodings`` (each encoding's planes in turn,
+    T in all).  That kernel stores only values of the encodings' plane tables, so the largest
+    plane product is each encoding's ``max_plane_product``, known before any data: the
+    exactness windows come from it and no plane is read back (``grouped_modular_matmul``
+    reads the maxima of planes of unknown origin)."""
+    if not encodings:
+        raise ValueError("encoded_modular_matmul needs at least one encoding")
+    for name, planes in (("planes_a", planes_a), ("planes_b", planes_b)):
+        if not isinstance(planes, torch.Tensor) or planes.dtype not in (torch.int8, torch.int16):
+            raise TypeError(f"{name} must be the int8 or int16 planes encode_planes returns, got "
+                            f"{getattr(planes, 'dtype', type(planes).__name__)}")
+        if planes.dim() != 3:
+            raise ValueError(f"{name} has shape {tuple(planes.shape)}: expected [planes, rows, K]")
+    _check_shapes(planes_a, planes_b)
+    if planes_a.device != planes_b.device:
+        raise ValueError(f"planes_a is on {planes_a.device}, planes_b on {planes_b.device}: move both to one device")
+    counts = [len(e.planes) for e in encodings]
+    if planes_a.shape[0] != sum(counts):
+        raise ValueError(f"{planes_a.shape[0]} planes for encodings of {sum(counts)} planes in all: pass the planes "
+                         f"encode_planes wrote for these encodings")
+    digits = {e.digits for e in encodings}
+    if len(digits) != 1:
+        raise ValueError(f"encodings of several digit sets {sorted(digits)}: one launch takes one digit set")
+    device = planes_a.device
+    operand = _checked_operand(digits.pop(), None, device)
+    max_product = max(e.max_plane_product for e in encodings)
+    config = config or _default_config(operand, max_product)
+    chunk = plan_chunk(operand, config, max_product)
+    coefficients = tuple(p.coefficient % e.modulus for e in encodings for p in e.planes)
+    moduli = tuple(e.modulus for e in encodings)
+    plane_start = tuple(itertools.accumulate(counts, initial=0))
+    (m_rows, k), n_cols = planes_a.shape[1:], planes_b.shape[1]
+    out = torch.empty((len(encodings), m_rows, n_cols), dtype=residue_dtype(moduli), device=device)
+    if out.numel() and k == 0:
+        out.zero_()
+    elif out.numel():
+        a_op, b_op = (_to_operand(p[:, None], operand, config.block_k) for p in (planes_a, planes_b))
+        _launch(a_op, b_op, coefficients, plane_start, moduli, out[:, None], operand, config, chunk)
+    return out
+
+
+def _checked_operand(digits: str, operand: str | None, device: torch.device) -> str:
+    """``operand`` (default: ``select_operand``) after checking it holds every digit and runs here."""
     if operand is None:
         operand = select_operand(digits, device)
     elif operand not in OPERANDS:
@@ -461,38 +591,19 @@ def grouped_modular_matmul(
     if not digit_set(digits) <= digit_set(OPERANDS[operand]):
         raise ValueError(f"operand {operand} cannot hold every {digits} digit; choose one of "
                          f"{[o for o, d in OPERANDS.items() if digit_set(digits) <= digit_set(d)]}")
-    if config is None:
-        config = next((c for c in CONFIGS[operand] if _admits(operand, c, max_product)), CONFIGS[operand][0])
-    chunk = plan_chunk(operand, config, max_product, k_chunk)
     if device.type == "cpu" and not isinstance(_plane_gemm_kernel, InterpretedFunction):
         raise ValueError("planes are on the CPU but Triton kernels run on CPU tensors only under "
                          "TRITON_INTERPRET=1 (set before importing kernels): move the planes to a GPU")
     if isinstance(_plane_gemm_kernel, InterpretedFunction) and operand not in INTERPRETER_OPERANDS:
         raise ValueError(f"operand {operand} needs tl.dot_scaled, which Triton's interpreter runs from 3.8 on "
                          f"(installed: {triton.__version__}): choose one of {INTERPRETER_OPERANDS} or run on a GPU")
-
-    *batch, m_rows, k = first_a.shape[1:]
-    n_cols = first_b.shape[-2]
-    out = torch.empty((len(groups), *batch, m_rows, n_cols), dtype=out_dtype, device=device)
-    if out.numel() == 0:
-        return out
-    if k == 0:
-        return out.zero_()
-    n_batch = out[0, ..., 0, 0].numel()
-
-    def stack(index: int) -> torch.Tensor:
-        planes = _joined([g[index] for g in groups])
-        return _to_operand(planes.reshape(planes.shape[0], n_batch, *planes.shape[-2:]), operand, config.block_k)
-
-    _launch(stack(0), stack(1), coefficients, plane_start, moduli, out.view(len(groups), n_batch, m_rows, n_cols),
-            operand, config, chunk)
-    return out
+    return operand
 
 
 def _joined(parts: Sequence[torch.Tensor]) -> torch.Tensor:
     """The planes of all groups along dim 0: a view when the parts are back-to-back slices of
-    one contiguous tensor (as the fused encode hands them over), so the largest operands of
-    the product are not copied; else a concatenated copy."""
+    one contiguous tensor, so the largest operands of the product are not copied; else a
+    concatenated copy."""
     first = parts[0]
     adjacent = all(p.is_contiguous() and p.dtype == first.dtype for p in parts) and all(
         p.untyped_storage().data_ptr() == first.untyped_storage().data_ptr()
@@ -505,10 +616,29 @@ def _joined(parts: Sequence[torch.Tensor]) -> torch.Tensor:
     return first.as_strided((count, *first.shape[1:]), first.stride(), first.storage_offset())
 
 
-def _launch(a_op: torch.Tensor, b_op: torch.Tensor, coefficients: list[int], plane_start: list[int],
-            moduli: list[int], out: torch.Tensor, operand: str, config: PlaneGemmConfig, chunk: int) -> None:
+@functools.lru_cache(maxsize=64)
+def _scalar_table(coefficients: tuple[int, ...], plane_start: tuple[int, ...], moduli: tuple[int, ...],
+                  device: torch.device) -> torch.Tensor:
+    # One host-to-device copy for all per-plane and per-group scalars, once per plan: a
+    # repeated product queues no copy.
+    return torch.tensor(coefficients + plane_start + moduli, dtype=torch.int64, device=device)
+
+
+@functools.lru_cache(maxsize=None)
+def _programs(device: torch.device) -> int:
+    """Programs of the persistent launch: one per multiprocessor on a GPU (a 128 x 256 tile
+    program fills one); under the interpreter, which runs them one after another, two, so
+    that tests walk the persistent loop."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 2
+
+
+def _launch(a_op: torch.Tensor, b_op: torch.Tensor, coefficients: tuple[int, ...], plane_start: tuple[int, ...],
+            moduli: tuple[int, ...], out: torch.Tensor, operand: str, config: PlaneGemmConfig, chunk: int) -> None:
     """Launches the kernel on operands already converted by ``_to_operand`` ([T, batch, rows,
-    K]) into ``out`` ([G, batch, M, N]); callers have validated every bound."""
+    K]) into ``out`` ([G, batch, M, N] of ``residue_dtype(moduli)``); callers have validated
+    every bound."""
     device = a_op.device
     n_groups, n_batch, m_rows, n_cols = out.shape
     packed_k = a_op.shape[-1]
@@ -523,21 +653,26 @@ def _launch(a_op: torch.Tensor, b_op: torch.Tensor, coefficients: list[int], pla
         tile_k = config.block_k // 2 if operand == "e2m1" else config.block_k
         a_src = TensorDescriptor.from_tensor(a_src, [config.block_m, tile_k])
         b_src = TensorDescriptor.from_tensor(b_src, [config.block_n, tile_k])
-    grid = (triton.cdiv(m_rows, config.block_m) * triton.cdiv(n_cols, config.block_n), n_groups * n_batch)
+    tiles = triton.cdiv(m_rows, config.block_m) * triton.cdiv(n_cols, config.block_n) * n_groups * n_batch
+    programs = _programs(device)
     _log.debug("plane GEMM %s: groups %d, planes %d, M %d N %d K-blocks %d, chunk %d, %s", operand, n_groups,
                len(coefficients), m_rows, n_cols, n_k_blocks, chunk, config)
-    # One host-to-device copy for all per-plane and per-group scalars.
-    table = torch.tensor(coefficients + plane_start + moduli, dtype=torch.int64, device=device)
+    table = _scalar_table(coefficients, plane_start, moduli, device)
     n_planes = len(coefficients)
-    _plane_gemm_kernel[grid](
+    _plane_gemm_kernel[(min(tiles, programs),)](
         a_src, b_src, table, table[n_planes:], table[n_planes + len(plane_start):], out,
-        m_rows, n_cols, n_batch, n_k_blocks, chunk_blocks, packed_k, packed_k,
+        m_rows, n_cols, n_groups * n_batch, n_batch, n_k_blocks, chunk_blocks, packed_k, packed_k,
         *out.stride(),
-        OPERAND=operand, SINGLE_FLUSH=single_flush, SMALL_MODULI=max(moduli) < _SMALL_MODULUS, USE_TMA=config.tma,
+        OPERAND=operand, SINGLE_FLUSH=single_flush, RESIDUE_BITS=_residue_bits(out.dtype), USE_TMA=config.tma,
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
-        IMPRECISE_WINDOW=config.imprecise_window,
-        num_warps=config.num_warps, num_stages=config.num_stages,
+        IMPRECISE_WINDOW=config.imprecise_window, NUM_PROGRAMS=programs, num_warps=config.num_warps,
+        num_stages=config.num_stages,
     )
+
+
+def _default_config(operand: str, max_product: int) -> PlaneGemmConfig:
+    # The first listed config whose windows admit the planes (plan_chunk names the problem if none does).
+    return next((c for c in CONFIGS[operand] if _admits(operand, c, max_product)), CONFIGS[operand][0])
 
 
 def _admits(operand: str, config: PlaneGemmConfig, max_product: int) -> bool:
@@ -594,15 +729,16 @@ def reference_modular_matmul(a_planes: torch.Tensor, b_planes: torch.Tensor, coe
 
 
 def compile_ptx(operand: str, capability: int, config: PlaneGemmConfig, *, single_flush: bool = True,
-                small_moduli: bool = True) -> str:
+                residue_dtype: torch.dtype = torch.uint8, programs: int = 132) -> str:
     """PTX of the plane GEMM for ``operand`` on ``sm_<capability>``, compiled without a GPU
-    (``small_moduli``: every modulus below 2**15, the 32-bit residue arithmetic).  Needs a
-    process without ``TRITON_INTERPRET=1`` (see :func:`kernels.ptx.compile_kernel`)."""
+    (``residue_dtype``: the residues' type, which selects the residue arithmetic; ``programs``:
+    the persistent launch's, an H100/H200's multiprocessors by default).  Needs a process
+    without ``TRITON_INTERPRET=1`` (see :func:`kernels.ptx.compile_kernel`)."""
     if operand not in OPERANDS:
         raise ValueError(f"unknown operand {operand!r}; known: {', '.join(OPERANDS)}")
-    constexprs = dict(OPERAND=operand, SINGLE_FLUSH=single_flush, SMALL_MODULI=small_moduli, USE_TMA=config.tma,
-                      BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
-                      GROUP_M=config.group_m, IMPRECISE_WINDOW=config.imprecise_window)
+    constexprs = dict(OPERAND=operand, SINGLE_FLUSH=single_flush, RESIDUE_BITS=_residue_bits(residue_dtype),
+                      USE_TMA=config.tma, BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
+                      GROUP_M=config.group_m, IMPRECISE_WINDOW=config.imprecise_window, NUM_PROGRAMS=programs)
     element = _POINTER_TYPES[operand]
     if config.tma:
         tile_k = config.block_k // 2 if operand == "e2m1" else config.block_k
@@ -610,8 +746,9 @@ def compile_ptx(operand: str, capability: int, config: PlaneGemmConfig, *, singl
         b_type = f"tensordesc<{element[1:]}[{config.block_n}, {tile_k}]>"
     else:
         a_type = b_type = element
+    out_type = {torch.uint8: "*u8", torch.int16: "*i16", torch.int32: "*i32"}[residue_dtype]
     arguments = {"a_src": a_type, "b_src": b_type, "coef_ptr": "*i64", "plane_start_ptr": "*i64",
-                 "moduli_ptr": "*i64", "out_ptr": "*i64"}
+                 "moduli_ptr": "*i64", "out_ptr": out_type}
     signature = {name: arguments.get(name, "i32") for name in _plane_gemm_kernel.arg_names if name not in constexprs}
     signature.update({name: "constexpr" for name in constexprs})
     # What a launch specializes: 16-byte aligned pointers, row strides (K padded to whole

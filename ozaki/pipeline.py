@@ -14,7 +14,7 @@ import torch
 from kernels import crt as crt_kernels
 from kernels import residues as residue_kernels
 from kernels.autotune import tuned_plane_config
-from kernels.products import grouped_modular_matmul, select_operand
+from kernels.products import encoded_modular_matmul, select_operand
 
 from . import bands, cost, planning
 from .crt import garner, round_to_float64, signed_residues
@@ -163,7 +163,7 @@ def _fused_by_row_blocks(a: torch.Tensor, bt: torch.Tensor, shift_a: torch.Tenso
             planes_a = residue_kernels.encode_planes(a[block], shift_a[block], encodings, "a")
         with stage("products", device):
             # 3. Products: C'_i = A'_i · B'_i mod m_i, each exact, all moduli in one launch.
-            block_residues = _grouped_plane_products(planes_a, planes_b, encodings, config)
+            block_residues = encoded_modular_matmul(planes_a, planes_b, encodings, config=config)
         # Each block's planes and residues are let go as soon as used, so that the next
         # block reuses their memory: the peak cost.workspace_bytes models.
         del planes_a
@@ -182,16 +182,3 @@ def _plane_config(encodings: tuple[Encoding, ...], m: int, n: int, k: int, devic
         select_operand(encodings[0].digits, device), m, n, k, [len(e.planes) for e in encodings],
         max(e.max_plane_product for e in encodings), device, moduli=[e.modulus for e in encodings],
     )
-
-
-def _grouped_plane_products(planes_a, planes_b, encodings: tuple[Encoding, ...], config) -> torch.Tensor:
-    # Each modulus' planes are back-to-back slices of one tensor, which the launch reads in
-    # place (kernels.products._joined): no copy of the operands.
-    groups, start = [], 0
-    for encoding in encodings:
-        stop = start + len(encoding.planes)
-        coefficients = [plane.coefficient for plane in encoding.planes]
-        groups.append((planes_a[start:stop], planes_b[start:stop], coefficients, encoding.modulus))
-        start = stop
-    # Residues below 2^31 fit int32: half the memory of the default int64 for the same bits.
-    return grouped_modular_matmul(groups, digits=encodings[0].digits, config=config, out_dtype=torch.int32)

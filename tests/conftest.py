@@ -25,6 +25,10 @@ if not torch.cuda.is_available():
         pytest.exit(f"Triton {triton.__version__}'s interpreter (the kernels' CPU path) needs numpy < 2.4, found "
                     f"{numpy.__version__}: pip install 'numpy<2.4', or triton >= 3.7", returncode=4)
 
+# Tuned kernel configurations persist in a cache folder (kernels.autotune.cache_file); tests start
+# from none and leave none behind (the tests of that cache name their own folder).
+os.environ["OZAKI_CACHE_DIR"] = ""
+
 # CI (CI=true) must not pass or fail on luck: every run draws the same examples from a seed
 # derived from each test, keeps no example database between runs, and does not judge tests
 # by the speed of the machine (a deadline or the too-slow health check would).  Local runs

@@ -339,3 +339,53 @@ def test_admits_filters_candidates_and_must_admit_the_default(fake_gpu):
 def test_errors_name_the_problem(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+def test_winners_persist_across_processes_on_disk(fake_gpu, monkeypatch, tmp_path):
+    clock, run = fake_gpu
+    monkeypatch.setenv(autotune.CACHE_DIR_VARIABLE, str(tmp_path))
+    clock.times = {_frozen(TC_SUM_CONFIGS[2]): 0.5}
+    size = len(_class("sm_90", "tc_sum.float16", 0))
+    assert best_config("tc_sum.float16", run, key=(8, 4096), device="cpu") == TC_SUM_CONFIGS[2]
+    assert len(clock.timed) == size
+    path = autotune.cache_file("cpu")
+    assert path.parent == tmp_path and path.exists()
+    # A new process: nothing in memory, the winner read from disk, nothing timed.
+    monkeypatch.setattr(autotune, "_winners", {})
+    assert best_config("tc_sum.float16", run, key=(8, 4096), device="cpu") == TC_SUM_CONFIGS[2]
+    assert len(clock.timed) == size
+    # A stored winner outside the class the tuner would time (a stale or edited file) is timed again.
+    stored = json.loads(path.read_text())
+    [entry] = stored
+    stored[entry] = [list(pair) for pair in _frozen(TC_SUM_CONFIGS[ORDER_CHANGING])]
+    path.write_text(json.dumps(stored))
+    monkeypatch.setattr(autotune, "_winners", {})
+    assert best_config("tc_sum.float16", run, key=(8, 4096), device="cpu") == TC_SUM_CONFIGS[2]
+    assert len(clock.timed) == 2 * size
+    assert json.loads(path.read_text())[entry] == [list(pair) for pair in _frozen(TC_SUM_CONFIGS[2])]
+
+
+def test_an_unreadable_or_unwritable_cache_only_costs_timing(fake_gpu, monkeypatch, tmp_path, caplog):
+    clock, run = fake_gpu
+    monkeypatch.setenv(autotune.CACHE_DIR_VARIABLE, str(tmp_path))
+    autotune.cache_file("cpu").write_text("{not json")
+    with caplog.at_level(logging.WARNING, logger="ozaki.kernels"):
+        assert best_config("tc_sum.int8", run, key=1, device="cpu") == TC_SUM_CONFIGS[0]
+    assert any("unreadable" in r.getMessage() for r in caplog.records)
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    monkeypatch.setenv(autotune.CACHE_DIR_VARIABLE, str(blocked / "below"))
+    with caplog.at_level(logging.WARNING, logger="ozaki.kernels"):
+        assert best_config("tc_sum.int8", run, key=2, device="cpu") == TC_SUM_CONFIGS[0]
+    assert any("cannot write" in r.getMessage() for r in caplog.records)
+
+
+def test_plane_shapes_within_a_power_of_two_share_a_winner(fake_gpu, monkeypatch):
+    timed = []
+    monkeypatch.setattr(triton.testing, "do_bench", lambda fn, return_mode: timed.append(fn) or 1.0)
+    tuned_plane_config("int8", 16, 16, 128, 1, 128 * 128, "cpu")
+    count = len(timed)
+    tuned_plane_config("int8", 9, 13, 100, 1, 128 * 128, "cpu")
+    assert len(timed) == count
+    tuned_plane_config("int8", 17, 16, 128, 1, 128 * 128, "cpu")
+    assert len(timed) == 2 * count

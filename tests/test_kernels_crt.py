@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernels.crt import decode_residues, reference_decode
+from kernels.products import residue_dtype
 from ozaki.crt import HALF_MODULUS_ERROR, garner, round_to_float64
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -114,8 +115,9 @@ def test_decode_equals_staged_path(moduli, exponents):
     got = decode_residues(c, mods, row, col)
     assert same_bits(got, reference_decode(c, mods, row, col))
     assert same_bits(got, staged(c, mods, row, col))
-    # Balanced representatives and int32 storage name the same products.
+    # Balanced representatives, int32 storage and the plane GEMM's narrowest type name the same products.
     assert same_bits(decode_residues(residues_of(grid, mods, balanced=True, dtype=torch.int32), mods, row, col), got)
+    assert same_bits(decode_residues(c.to(residue_dtype(mods)), mods, row, col), got)
 
 
 def edge_values(mods) -> list[int]:
@@ -266,7 +268,7 @@ def test_empty_grid():
 @pytest.mark.parametrize(
     "change, error, message",
     [
-        (dict(c=lambda c: c.double()), TypeError, "int32 or int64"),
+        (dict(c=lambda c: c.double()), TypeError, "uint8, int16, int32 or int64"),
         (dict(c=lambda c: c[:2]), ValueError, "expected \\[3 moduli, R, C\\]"),
         (dict(c=lambda c: c + 9), ValueError, "reduce it first"),
         (dict(c=lambda c: c - 9), ValueError, "reduce it first"),

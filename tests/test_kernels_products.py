@@ -21,13 +21,17 @@ from kernels.products import (
     INTERPRETER_OPERANDS,
     PlaneGemmConfig,
     _joined,
+    encoded_modular_matmul,
     grouped_modular_matmul,
     modular_matmul,
     plan_chunk,
     reference_modular_matmul,
+    residue_dtype,
     select_operand,
 )
 from kernels.digits import digit_set
+from ozaki import catalog
+from ozaki.products import digit_planes
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 # The device set (`pytest -m gpu`): on a GPU these compile the kernels and check their bits.
@@ -130,6 +134,77 @@ def test_batch_dimensions_and_int32_output():
     got = modular_matmul(a, b, [3], 97, digits="int8", config=POINTER, out_dtype=torch.int32)
     assert got.dtype == torch.int32 and got.shape == (2, 3, 33, 20)
     assert torch.equal(got.long(), reference_modular_matmul(a, b, [3], 97))
+
+
+@pytest.mark.parametrize("moduli, dtype", [([7, 256], torch.uint8), ([257], torch.int16), ([2, 2**15 - 1], torch.int16),
+                                           ([2**15], torch.int32), ([2**31 - 1], torch.int32)])
+def test_residues_leave_the_kernel_in_the_narrowest_type(moduli, dtype):
+    assert residue_dtype(moduli) == dtype
+    rng = random.Random(str(moduli))
+    groups = [(planes("int8", (1, 33, 40), rng, torch.int8), planes("int8", (1, 20, 40), rng, torch.int8), [5], m)
+              for m in moduli]
+    got = grouped_modular_matmul(groups, digits="int8", config=POINTER, out_dtype=dtype)
+    assert got.dtype == dtype
+    for index, (a, b, coeffs, m) in enumerate(groups):
+        assert torch.equal(got[index].long(), reference_modular_matmul(a, b, coeffs, m))
+    if dtype != torch.uint8:
+        with pytest.raises(TypeError, match=f"cannot hold residues mod {max(moduli)}"):
+            grouped_modular_matmul(groups, digits="int8", config=POINTER, out_dtype=torch.uint8)
+
+
+def plan_encodings(name: str) -> tuple:
+    return tuple(catalog.encoding(encoding) for _, encoding in catalog.plan(name).moduli)
+
+
+@pytest.mark.parametrize("name", ["b16-int8-k16384", "b24-fp4-k4096", "b24-fp8-k4096"])
+def test_encoded_planes_multiply_without_reading_them(name):
+    # The pipeline's path: the planes of a plan's encodings, bounded by the encodings alone.
+    encodings = plan_encodings(name)
+    rng = random.Random(name)
+    k = 70
+    residues_a = [[[rng.randrange(e.modulus) for _ in range(k)] for _ in range(40)] for e in encodings]
+    residues_b = [[[rng.randrange(e.modulus) for _ in range(k)] for _ in range(30)] for e in encodings]
+
+    def encoded(residues, side):
+        # As encode_planes stores them: int8 where every value fits, else int16.
+        planes = torch.cat([digit_planes(torch.tensor(r), e, side) for r, e in zip(residues, encodings)])
+        return planes.to(torch.int8 if planes.abs().max() <= 127 else torch.int16).to(DEVICE)
+
+    planes_a, planes_b = encoded(residues_a, "a"), encoded(residues_b, "b")
+    got = encoded_modular_matmul(planes_a, planes_b, encodings, config=window(TMA, encodings[0].digits))
+    assert got.dtype == residue_dtype([e.modulus for e in encodings]) and got.shape == (len(encodings), 40, 30)
+    for index, (e, ra, rb) in enumerate(zip(encodings, residues_a, residues_b)):
+        exact = torch.remainder(torch.tensor(ra) @ torch.tensor(rb).T, e.modulus)
+        assert torch.equal(got[index].long().cpu(), exact)
+
+
+def test_encoded_products_reject_planes_that_do_not_fit_the_encodings():
+    encodings = plan_encodings("b16-int8-k16384")
+    a = torch.zeros((len(encodings), 8, 32), dtype=torch.int8, device=DEVICE)
+    with pytest.raises(ValueError, match="planes for encodings of"):
+        encoded_modular_matmul(a[:-1], a[:-1], encodings)
+    with pytest.raises(TypeError, match="int8 or int16 planes"):
+        encoded_modular_matmul(a.float(), a, encodings)
+    with pytest.raises(ValueError, match="do not match"):
+        encoded_modular_matmul(a, a[..., :16], encodings)
+    with pytest.raises(ValueError, match="at least one encoding"):
+        encoded_modular_matmul(a, a, ())
+
+
+@pytest.mark.skipif(DEVICE == "cpu", reason="host synchronisation exists on CUDA only")
+def test_a_product_of_encoded_planes_never_waits_for_the_device():
+    encodings = plan_encodings("b16-int8-k16384")
+    rng = random.Random(3)
+    a = planes("int8", (len(encodings), 256, 512), rng, torch.int8)
+    b = planes("int8", (len(encodings), 256, 512), rng, torch.int8)
+    expected = encoded_modular_matmul(a, b, encodings)  # compiles, and fills the launch's caches
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        got = encoded_modular_matmul(a, b, encodings)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert torch.equal(got, expected)
 
 
 def test_empty_dimensions():

@@ -27,29 +27,33 @@ ROOT = Path(__file__).resolve().parents[1]
 _TRITON = tuple(int(part) for part in triton.__version__.split(".")[:2])
 
 VARIANTS = {
-    # name: (operand, capability, config[, moduli below 2**15 (default True)])
+    # name: (operand, capability, config[, residue type (default uint8: moduli up to 2**8)])
     "int8-tma": ("int8", 90, PlaneGemmConfig(128, 128, 128, num_warps=8, tma=True)),
-    "int8-big-moduli": ("int8", 90, PlaneGemmConfig(128, 128, 128, num_warps=8, tma=True), False),
+    "int8-wide-tma": ("int8", 90, PlaneGemmConfig(128, 256, 128, num_warps=8, tma=True)),
+    "int8-int16-residues": ("int8", 90, PlaneGemmConfig(128, 128, 128, num_warps=8, tma=True), "int16"),
+    "int8-big-moduli": ("int8", 90, PlaneGemmConfig(128, 128, 128, num_warps=8, tma=True), "int32"),
     "int8-pointer": ("int8", 90, PlaneGemmConfig(128, 256, 128, num_warps=8)),
-    "e4m3-w64": ("e4m3", 90, PlaneGemmConfig(128, 128, 128, num_warps=8, imprecise_window=64, tma=True)),
-    "e4m3-w32": ("e4m3", 90, PlaneGemmConfig(128, 128, 128, num_warps=4, imprecise_window=32)),
+    # The promotion counts below need an epilogue without fp32 adds: int16 residues (the K loop
+    # does not depend on the residue type).
+    "e4m3-w64": ("e4m3", 90, PlaneGemmConfig(128, 128, 128, num_warps=8, imprecise_window=64, tma=True), "int16"),
+    "e4m3-w32": ("e4m3", 90, PlaneGemmConfig(128, 128, 128, num_warps=4, imprecise_window=32), "int16"),
     "e4m3-w0": ("e4m3", 90, PlaneGemmConfig(128, 128, 64, num_warps=4, imprecise_window=0, tma=True)),
 }
 SM100 = {"e2m1-sm100": ("e2m1", 100, PlaneGemmConfig(128, 128, 128, num_warps=4, tma=True))}
 
 _SCRIPT = """
-import json, sys
+import json, sys, torch
 from kernels.products import PlaneGemmConfig, compile_ptx
 out = {}
-for name, (operand, capability, fields, small) in json.loads(sys.argv[1]).items():
-    out[name] = compile_ptx(operand, capability, PlaneGemmConfig(**fields), small_moduli=small)
+for name, (operand, capability, fields, residues) in json.loads(sys.argv[1]).items():
+    out[name] = compile_ptx(operand, capability, PlaneGemmConfig(**fields), residue_dtype=getattr(torch, residues))
 json.dump(out, open(sys.argv[2], "w"))
 """
 
 
 def compile_variants(variants: dict, folder: Path) -> subprocess.CompletedProcess | dict[str, str]:
     """PTX of each variant from one subprocess, or the finished process when it failed."""
-    request = {name: (v[0], v[1], vars(v[2]), v[3] if len(v) > 3 else True) for name, v in variants.items()}
+    request = {name: (v[0], v[1], vars(v[2]), v[3] if len(v) > 3 else "uint8") for name, v in variants.items()}
     return _compiled(_SCRIPT, json.dumps(request), folder)
 
 
@@ -80,9 +84,11 @@ def fp32_adds(text: str) -> int:
 
 
 def test_int8_is_wgmma_s8_with_int32_accumulation(ptx):
-    for name in ("int8-tma", "int8-big-moduli", "int8-pointer"):
+    for name in ("int8-tma", "int8-wide-tma", "int8-int16-residues", "int8-big-moduli", "int8-pointer"):
         assert {m for m in mma(ptx[name]) if m.startswith("wgmma")} == mma(ptx[name])
         assert all(m.endswith(".s32.s8.s8") for m in mma(ptx[name])), mma(ptx[name])
+    # No float anywhere where residues take integer arithmetic (byte residues are reduced in fp32).
+    for name in ("int8-int16-residues", "int8-big-moduli"):
         assert fp32_adds(ptx[name]) == 0
 
 
@@ -120,6 +126,21 @@ def test_residue_reduction_avoids_int64_division(ptx):
     # Emulated 64-bit division in the epilogue once cost as much as the K loop.
     for text in ptx.values():
         assert not re.search(r"\b(?:div|rem)\.[su]64\b", text)
+
+
+def test_byte_residues_are_reduced_without_integer_division(ptx):
+    # Moduli up to 2**8 (every catalog plan) take the fp32 reduction: no per-entry emulated
+    # integer division in the epilogue, only one per tile for 2**16 mod m.
+    def divisions(name):
+        return len(re.findall(r"\b(?:div|rem)\.[su]32\b", ptx[name]))
+
+    def entries_per_thread(name):
+        config = VARIANTS[name][2]
+        return config.block_m * config.block_n // (32 * config.num_warps)
+
+    for name in ("int8-tma", "int8-wide-tma", "int8-pointer"):
+        assert divisions(name) < entries_per_thread(name) // 2, name
+    assert divisions("int8-int16-residues") >= 2 * entries_per_thread("int8-int16-residues")
 
 
 _EXTENTS_SCRIPT = """

@@ -1,0 +1,61 @@
+"""What the first calls of a process cost on one GPU, with cold and with warm on-disk caches.
+
+Run from the repository root on the GPU machine:
+
+    PYTHONUNBUFFERED=1 PYTHONPATH=. python3 benchmarks/gpu_first_call.py
+
+It starts the same measurement twice in fresh processes that share one empty cache folder (Triton's
+compiled kernels and ozaki's tuned configs, ``OZAKI_CACHE_DIR``): the first process finds it cold, the
+second warm.  Each times, in order: the first ``ozaki.matmul(a, b, engine="int8")`` at n = 4096 (compile,
+tune, run), the same call again, a call of a new shape in the same power-of-two bucket (n = 4000), and one
+in a new bucket (n = 2048).  The table prints last.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+SHAPES = (("first call, n = 4096", 4096), ("again, n = 4096", 4096), ("new shape, same bucket, n = 4000", 4000),
+          ("new bucket, n = 2048", 2048))
+
+
+def measure() -> list[float]:
+    import torch
+
+    import ozaki
+
+    seconds = []
+    for _, n in SHAPES:
+        generator = torch.Generator(device="cuda").manual_seed(n)
+        a, b = (torch.rand((n, n), generator=generator, device="cuda", dtype=torch.float64) - 0.5 for _ in range(2))
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        ozaki.matmul(a, b, engine="int8")
+        torch.cuda.synchronize()
+        seconds.append(time.perf_counter() - start)
+    return seconds
+
+
+def main() -> None:
+    if sys.argv[1:] == ["--child"]:
+        print(json.dumps(measure()))
+        return
+    rows = {}
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, TRITON_CACHE_DIR=os.path.join(cache, "triton"), OZAKI_CACHE_DIR=cache)
+        for state in ("cold", "warm"):
+            done = subprocess.run([sys.executable, __file__, "--child"], env=env, capture_output=True, text=True,
+                                  check=True)
+            rows[state] = json.loads(done.stdout.strip().splitlines()[-1])
+    print("| call | cold caches (s) | warm caches (s) |\n| --- | --- | --- |")
+    for (name, _), cold, warm in zip(SHAPES, rows["cold"], rows["warm"]):
+        print(f"| {name} | {cold:.3f} | {warm:.3f} |")
+
+
+if __name__ == "__main__":
+    main()

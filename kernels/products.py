@@ -90,7 +90,9 @@ class PlaneGemmConfig:
     """One tiling of the plane GEMM.  ``imprecise_window`` is Triton's
     ``max_num_imprecise_acc`` for ``e4m3`` (ignored for the other operands); ``tma`` loads
     the operand tiles through tensor descriptors (the Hopper copy engine) instead of
-    pointers."""
+    pointers; ``programs_per_sm`` persistent programs run on each multiprocessor, so that
+    where tiles are small enough for several to be resident, one's MMAs run while another
+    waits on its own."""
 
     block_m: int
     block_n: int
@@ -100,6 +102,7 @@ class PlaneGemmConfig:
     num_stages: int = 3
     imprecise_window: int = 32
     tma: bool = False
+    programs_per_sm: int = 1
 
     def __post_init__(self):
         for name in ("block_m", "block_n", "block_k"):
@@ -108,6 +111,8 @@ class PlaneGemmConfig:
                 raise ValueError(f"PlaneGemmConfig.{name} = {value}: must be a power of two >= 16")
         if self.block_k < 32:
             raise ValueError(f"PlaneGemmConfig.block_k = {self.block_k}: 8-bit tensor-core dots need K >= 32")
+        if self.programs_per_sm not in (1, 2, 3, 4):
+            raise ValueError(f"PlaneGemmConfig.programs_per_sm = {self.programs_per_sm}: must be 1 to 4")
         if self.imprecise_window % _WGMMA_FP8_K or not 0 <= self.imprecise_window <= self.block_k:
             raise ValueError(
                 f"PlaneGemmConfig.imprecise_window = {self.imprecise_window}: must be 0 or a multiple of "
@@ -121,10 +126,11 @@ CONFIGS: dict[str, tuple[PlaneGemmConfig, ...]] = {
     # int8: ordered by the H200 timings of 16-moduli launches at n = 8192 and 16384 in benchmarks/kernels.md
     # (persistent kernel); e4m3 and e2m1 by the earlier timings at 8192^3 there.
     "int8": (
+        PlaneGemmConfig(128, 128, 128, num_warps=4, num_stages=3, tma=True, programs_per_sm=2),
         PlaneGemmConfig(128, 256, 128, num_warps=8, num_stages=3, tma=True),
+        PlaneGemmConfig(128, 128, 128, num_warps=8, num_stages=3, tma=True, programs_per_sm=2),
         PlaneGemmConfig(256, 128, 128, num_warps=8, num_stages=3, tma=True),
         PlaneGemmConfig(128, 256, 128, num_warps=8, num_stages=3),
-        PlaneGemmConfig(128, 128, 128, num_warps=8, num_stages=4, tma=True),
         PlaneGemmConfig(128, 128, 128, num_warps=4, num_stages=4),
     ),
     "e4m3": (
@@ -626,9 +632,9 @@ def _scalar_table(coefficients: tuple[int, ...], plane_start: tuple[int, ...], m
 
 @functools.lru_cache(maxsize=None)
 def _programs(device: torch.device) -> int:
-    """Programs of the persistent launch: one per multiprocessor on a GPU (a 128 x 256 tile
-    program fills one); under the interpreter, which runs them one after another, two, so
-    that tests walk the persistent loop."""
+    """Persistent programs per ``programs_per_sm``: the multiprocessors of a GPU; under the
+    interpreter, which runs programs one after another, two, so that tests walk the
+    persistent loop."""
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count
     return 2
@@ -654,7 +660,7 @@ def _launch(a_op: torch.Tensor, b_op: torch.Tensor, coefficients: tuple[int, ...
         a_src = TensorDescriptor.from_tensor(a_src, [config.block_m, tile_k])
         b_src = TensorDescriptor.from_tensor(b_src, [config.block_n, tile_k])
     tiles = triton.cdiv(m_rows, config.block_m) * triton.cdiv(n_cols, config.block_n) * n_groups * n_batch
-    programs = _programs(device)
+    programs = _programs(device) * config.programs_per_sm
     _log.debug("plane GEMM %s: groups %d, planes %d, M %d N %d K-blocks %d, chunk %d, %s", operand, n_groups,
                len(coefficients), m_rows, n_cols, n_k_blocks, chunk, config)
     table = _scalar_table(coefficients, plane_start, moduli, device)
@@ -729,16 +735,18 @@ def reference_modular_matmul(a_planes: torch.Tensor, b_planes: torch.Tensor, coe
 
 
 def compile_ptx(operand: str, capability: int, config: PlaneGemmConfig, *, single_flush: bool = True,
-                residue_dtype: torch.dtype = torch.uint8, programs: int = 132) -> str:
+                residue_dtype: torch.dtype = torch.uint8, multiprocessors: int = 132) -> str:
     """PTX of the plane GEMM for ``operand`` on ``sm_<capability>``, compiled without a GPU
-    (``residue_dtype``: the residues' type, which selects the residue arithmetic; ``programs``:
-    the persistent launch's, an H100/H200's multiprocessors by default).  Needs a process
+    (``residue_dtype``: the residues' type, which selects the residue arithmetic;
+    ``multiprocessors``: the device's, an H100/H200's by default, which with
+    ``config.programs_per_sm`` sizes the persistent launch).  Needs a process
     without ``TRITON_INTERPRET=1`` (see :func:`kernels.ptx.compile_kernel`)."""
     if operand not in OPERANDS:
         raise ValueError(f"unknown operand {operand!r}; known: {', '.join(OPERANDS)}")
     constexprs = dict(OPERAND=operand, SINGLE_FLUSH=single_flush, RESIDUE_BITS=_residue_bits(residue_dtype),
                       USE_TMA=config.tma, BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
-                      GROUP_M=config.group_m, IMPRECISE_WINDOW=config.imprecise_window, NUM_PROGRAMS=programs)
+                      GROUP_M=config.group_m, IMPRECISE_WINDOW=config.imprecise_window,
+                      NUM_PROGRAMS=multiprocessors * config.programs_per_sm)
     element = _POINTER_TYPES[operand]
     if config.tma:
         tile_k = config.block_k // 2 if operand == "e2m1" else config.block_k

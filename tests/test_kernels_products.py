@@ -336,6 +336,7 @@ def test_bad_calls_raise(change, error, message):
         (dict(block_k=16), "K >= 32"),
         (dict(imprecise_window=48), "multiple of 32"),
         (dict(block_k=32, imprecise_window=64), "no larger than block_k"),
+        (dict(programs_per_sm=0), "must be 1 to 4"),
     ],
 )
 def test_bad_configs_raise(fields, message):

@@ -30,6 +30,8 @@ VARIANTS = {
     # name: (operand, capability, config[, residue type (default uint8: moduli up to 2**8)])
     "int8-tma": ("int8", 90, PlaneGemmConfig(128, 128, 128, num_warps=8, tma=True)),
     "int8-wide-tma": ("int8", 90, PlaneGemmConfig(128, 256, 128, num_warps=8, tma=True)),
+    "int8-two-per-sm": ("int8", 90, PlaneGemmConfig(128, 128, 128, num_warps=4, num_stages=3, tma=True,
+                                                    programs_per_sm=2)),
     "int8-int16-residues": ("int8", 90, PlaneGemmConfig(128, 128, 128, num_warps=8, tma=True), "int16"),
     "int8-big-moduli": ("int8", 90, PlaneGemmConfig(128, 128, 128, num_warps=8, tma=True), "int32"),
     "int8-pointer": ("int8", 90, PlaneGemmConfig(128, 256, 128, num_warps=8)),
@@ -84,7 +86,8 @@ def fp32_adds(text: str) -> int:
 
 
 def test_int8_is_wgmma_s8_with_int32_accumulation(ptx):
-    for name in ("int8-tma", "int8-wide-tma", "int8-int16-residues", "int8-big-moduli", "int8-pointer"):
+    for name in ("int8-tma", "int8-wide-tma", "int8-two-per-sm", "int8-int16-residues", "int8-big-moduli",
+                 "int8-pointer"):
         assert {m for m in mma(ptx[name]) if m.startswith("wgmma")} == mma(ptx[name])
         assert all(m.endswith(".s32.s8.s8") for m in mma(ptx[name])), mma(ptx[name])
     # No float anywhere where residues take integer arithmetic (byte residues are reduced in fp32).
@@ -138,7 +141,7 @@ def test_byte_residues_are_reduced_without_integer_division(ptx):
         config = VARIANTS[name][2]
         return config.block_m * config.block_n // (32 * config.num_warps)
 
-    for name in ("int8-tma", "int8-wide-tma", "int8-pointer"):
+    for name in ("int8-tma", "int8-wide-tma", "int8-two-per-sm", "int8-pointer"):
         assert divisions(name) < entries_per_thread(name) // 2, name
     assert divisions("int8-int16-residues") >= 2 * entries_per_thread("int8-int16-residues")
 

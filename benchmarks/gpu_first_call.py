@@ -52,6 +52,7 @@ def main() -> None:
             done = subprocess.run([sys.executable, __file__, "--child"], env=env, capture_output=True, text=True,
                                   check=True)
             rows[state] = json.loads(done.stdout.strip().splitlines()[-1])
+            print(state, rows[state], flush=True)
     print("| call | cold caches (s) | warm caches (s) |\n| --- | --- | --- |")
     for (name, _), cold, warm in zip(SHAPES, rows["cold"], rows["warm"]):
         print(f"| {name} | {cold:.3f} | {warm:.3f} |")

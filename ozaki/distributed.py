@@ -200,7 +200,7 @@ def _layout(a, b, out_placement) -> _Layout:
         raise ValueError(f"out_placement={out_placement!r}: the output takes Replicate(), Shard(0) or Shard(1)")
     out = Shard(out.dim % 2) if type(out) is Shard else out
     if split != "k" and out != natural:
-        raise ValueError(f"out_placement={out_placement!r}: the output of this product is {natural}, as its "
+        raise ValueError(f"out_placement={out_placement!r}: the output of this product is {natural!r}, as its "
                          f"{split or 'operands'} are placed; redistribute the result (only a split K decides it)")
     rank, world = mesh.get_local_rank(), mesh.size()
     layout = _Layout(mesh, rank, world, (a.shape[0], a.shape[1], b.shape[1]), (kind_a, kind_b), split, gather, out)
@@ -222,7 +222,7 @@ def _kind(placement, name: str, shard_kinds: tuple[str, str]) -> str | None:
         return None
     if type(placement) is Shard:
         return shard_kinds[placement.dim % 2]
-    raise ValueError(f"{name} is placed {placement}: distributed products take Shard(0), Shard(1) or Replicate(); "
+    raise ValueError(f"{name} is placed {placement!r}: distributed products take Shard(0), Shard(1) or Replicate(); "
                      f"reduce or redistribute it first, e.g. {name}.redistribute(mesh, [Replicate()]) (the float64 "
                      "sum of a Partial depends on the order of the ranks)")
 

@@ -9,6 +9,7 @@ and hands back the gathered bits; the comparisons run here, one test per job.
 
 from __future__ import annotations
 
+import csv
 import functools
 import math
 import os
@@ -25,7 +26,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 
 import ozaki
-from ozaki import distributed
+from ozaki import bench, distributed, distributed_bench
 
 WORLDS = (1, 2, 4)
 ACCURACIES = ("fp64", "exact", 40)
@@ -311,6 +312,20 @@ def test_output_placements_a_product_cannot_take_are_refused(mesh, out, match):
 def test_bad_options_are_refused_as_matmul_refuses_them(mesh):
     with pytest.raises(ValueError, match="accuracy='fast'"):
         distributed.matmul(_placed(mesh, (2, 3)), _placed(mesh, (3, 2)), accuracy="fast")
+
+
+def test_the_distributed_benchmark_runs_on_a_mesh_of_one_rank(mesh, tmp_path):
+    assert bench.main(["--distributed", "--sizes", "12", "--reps", "1", "--out", str(tmp_path)]) == 0
+    with (tmp_path / "bench-distributed.csv").open() as handle:
+        reader = csv.DictReader(handle)
+        columns, rows = tuple(reader.fieldnames), list(reader)
+    assert columns == distributed_bench.COLUMNS
+    assert [row["layout"] for row in rows] == list(distributed_bench.LAYOUTS)
+    assert all(row["bits_equal"] == "True" and float(row["median_s"]) > 0 and float(row["one_device_s"]) > 0
+               for row in rows)
+    # Only a split K sends residues (and would send 8·M·N float64 bytes as a DGEMM).
+    assert [(int(row["residue_bytes"]) > 0, int(row["float64_bytes"])) for row in rows] == [
+        (False, 0), (False, 0), (True, 8 * 12 * 12), (True, 8 * 12 * 12)]
 
 
 # ---------------------------------------------------------------------------------------------

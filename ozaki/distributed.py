@@ -29,33 +29,41 @@ Placements (A's, B's) and what each computes, on W ranks:
   (then columns).  Partial and other placements are refused: reduce them first.
 
 Communication per product, in the bytes each rank passes to the collectives (the tensor it
-contributes; a ring all-reduce sends about 2(W − 1)/W times that, a reduce-scatter or an
-all-gather (W − 1)/W of W shards), counted by :func:`traffic`:
+contributes: a ring all-reduce sends about 2(W − 1)/W times that, a reduce-scatter or an
+all-gather (W − 1)/W of W shards), as :func:`traffic` counts them.  Integers travel in the
+narrowest type gloo and NCCL sum in (uint8, int32, int64: 1, 4, 8 bytes; neither sums int16)
+that holds the largest value the whole sum can reach, written w(bound):
 
-* rows: 72 bytes (two all-reduces of a few integers: the widest and fewest bits, p and q, the
-  guard), and for ``"fp64"`` 8N + 24 more (the minimum over every row of A of each column's
-  level statistic, float64, and the three maxima of the magnitude bound).  Columns: the same
-  with M for N.  The product itself moves nothing.
-* K: 16(M + N) + 72 bytes for the scaling (one all-reduce of the rows' and columns' extents:
-  maximum magnitude and lowest set bit, int64) and the plan's integers; for ``"fp64"`` also
-  12(M + N) + 24 (upper sums, code row sums) and 2·M·N·4 (the int8 code products of the lower
-  and upper bound of |A||B| over K, int32 while K·127² < 2^31, int64 beyond).  Then the
-  residues: an all-reduce of P·M·N·s bytes, P the plan's moduli, s the narrowest integer type
-  (1 byte for uint8, 4 for int32, 8 for int64; gloo and NCCL sum no int16) that holds
-  W·(max m − 1), the largest sum over the ranks (s = 4 on W ≥ 2); a reduce-scatter sends
-  P·W·⌈M/W⌉·N·s for Shard(0) (P·M·W·⌈N/W⌉·s for Shard(1)).  A float64 all-reduce of the partial
-  products (distributed DGEMM) sends 8·M·N.  With NaN or ±inf in the input, 3·M·N more
-  (uint8: where a term is NaN, +inf, −inf).
-* a gather: 8·⌈S/W⌉·T for the operand's S × T matrix, S the sharded dimension.
+* rows: 72 bytes: two all-reduces of the plan's integers (5 maxima: p, q, the widest rows and
+  columns, any NaN or ±inf; 4 minima: the guards, the fewest bits), int64.  ``"fp64"`` adds
+  8N (each column's minimum over every row of A of its level quotient, float64) and 24 (the
+  three maxima of the magnitude bound).  The product itself moves nothing.
+* columns: the same with M for N.
+* K: 16(M + N) (one all-reduce of every row's and column's extents: maximum magnitude and
+  lowest set bit, int64) and the plan's 72.  ``"fp64"`` adds 24 and its sums over K:
+  (M + N)·(w(K·2^S) + w(64K)) (upper sums, S = min(30, 52 − bit length of K), and upper code
+  sums) and M·N·(w(127²K) + w(64²K)) (the int8 code products of its lower and upper bound of
+  |A||B|: 8·M·N while 127²K < 2^31).  Then the residues: P·M·N·w(W·(max m − 1)) for an
+  all-reduce, P the plan's moduli (reference moduli lie below 2^22: int32 on up to 512 ranks;
+  int8-plan moduli are at most 256: uint8 on one rank, int32 beyond); P·W·⌈M/W⌉·N·w(…) for a
+  reduce-scatter to Shard(0), P·M·W·⌈N/W⌉·w(…) to Shard(1).  A float64 all-reduce of the
+  partial products (distributed DGEMM) passes 8·M·N.  With NaN or ±inf in the input, 3·M·N
+  (padded like the residues) more: uint8 flags of a NaN, +inf or −inf term.
+* a gather: 8·⌈S/W⌉·T bytes for an S × T operand sharded along S.
 
 Every integer that crosses the network has a bound computed beforehand, and a sum past the
 widest type raises ValueError: nothing is rounded or wraps.
+
+``torch.matmul``, ``@``, ``mm`` and the other products :func:`ozaki.emulate` routes take this path
+when their operands are DTensors (K split: Replicate() output), their backward products too.
+Speed: a rows or columns split runs :func:`ozaki.pipeline.run` on each rank (on a GPU the fused
+Triton path); a split K runs the library's torch stages (scaling, residues, products), as the
+fused path decodes before it would hand out residues to sum.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 import threading
 from dataclasses import dataclass
 

@@ -121,6 +121,8 @@ def _code_product(codes_a: torch.Tensor, codes_bt: torch.Tensor) -> torch.Tensor
     """G = codes_a · codes_btᵀ exactly, as float64 (its integers are below 2^53): int8 GEMMs
     accumulating in int32 (``torch._int_mm``, exact for chunks of K ≤ 2^17), summed in int64."""
     (m, k), n = codes_a.shape, codes_bt.shape[0]
+    if m == 0 or n == 0:  # a device of a mesh holding no line of a side: no GEMM to launch
+        return torch.zeros((m, n), dtype=torch.float64, device=codes_a.device)
     # Zero padding adds nothing.  K goes to a multiple of 8 everywhere: cuBLASLt's int8 GEMM
     # wants it, and torch 2.11's CPU kernel returns wrong sums for K = 1 (checked against
     # int64 products in tests/test_accuracy.py); on CUDA also M > 16 and N a multiple of 8.

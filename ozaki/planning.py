@@ -148,8 +148,9 @@ def kernels_available(device: torch.device) -> bool:
 def extents(x: torch.Tensor) -> Extents:
     """What stage 1 reads of x's rows (:func:`ozaki.scaling.row_extents`): with Triton in one
     pass of ``kernels.scaling`` (for Bᵀ, B's columns in place: no transposed copy), the same
-    integers, so the same bits, shifts, p, q and plan."""
-    return scaling_kernels.row_extents_kernel(x) if kernels_available(x.device) else row_extents(x)
+    integers, so the same bits, shifts, p, q and plan.  A device of a mesh may hold no row, which
+    the torch path reads as it is, without a launch."""
+    return scaling_kernels.row_extents_kernel(x) if kernels_available(x.device) and x.numel() else row_extents(x)
 
 
 def _plan_moduli(digits: str, min_product: int) -> Moduli | None:

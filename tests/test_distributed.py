@@ -241,8 +241,9 @@ def test_a_sum_past_int64_is_refused():
 # Bad input, on a mesh of this process alone
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def mesh():
+    # Per test: a process group left open would stop the NCCL test below from making its own.
     with tempfile.TemporaryDirectory() as folder:
         dist.init_process_group("gloo", init_method=f"file://{os.path.join(folder, 'init')}", rank=0, world_size=1)
         try:

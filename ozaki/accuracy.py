@@ -50,6 +50,7 @@ import torch
 from kernels.float64 import SIGNIFICAND_BITS
 
 from ._bits import ldexp
+from .agreement import ONE_DEVICE, Agreement, largest
 from .scaling import Extents
 
 __all__ = ["CODE_LEVELS", "FP64_GUARD", "MAX_K", "UNBOUNDED", "MagnitudeBound", "fp64_levels", "lower_abs_product_codes",
@@ -120,6 +121,8 @@ def _code_product(codes_a: torch.Tensor, codes_bt: torch.Tensor) -> torch.Tensor
     """G = codes_a · codes_btᵀ exactly, as float64 (its integers are below 2^53): int8 GEMMs
     accumulating in int32 (``torch._int_mm``, exact for chunks of K ≤ 2^17), summed in int64."""
     (m, k), n = codes_a.shape, codes_bt.shape[0]
+    if m == 0 or n == 0:  # a device of a mesh holding no line of a side: no GEMM to launch
+        return torch.zeros((m, n), dtype=torch.float64, device=codes_a.device)
     # Zero padding adds nothing.  K goes to a multiple of 8 everywhere: cuBLASLt's int8 GEMM
     # wants it, and torch 2.11's CPU kernel returns wrong sums for K = 1 (checked against
     # int64 products in tests/test_accuracy.py); on CUDA also M > 16 and N a multiple of 8.
@@ -134,22 +137,31 @@ def _code_product(codes_a: torch.Tensor, codes_bt: torch.Tensor) -> torch.Tensor
     return total[:m, :n].to(torch.float64)
 
 
-def _levels(base: torch.Tensor, g: torch.Tensor, sums: torch.Tensor, offset: torch.Tensor, dim: int) -> torch.Tensor:
-    """p = base − e per line along the other axis of G, with 2^e ≤ the minimum over the other
-    side's lines that have U > 0 of G·2^offset/U; UNBOUNDED where that minimum is 0 (no lower
-    bound of |A||B| reaches some output), 0 where the other side has no non-zero line (the
-    line meets only zeros, so makes no error).  Every step is exact or one correctly rounded
-    division, so the result is the same on every device."""
+def _least_quotients(g: torch.Tensor, sums: torch.Tensor, offset: torch.Tensor, dim: int) -> torch.Tensor:
+    """Per line along the other axis of G, the minimum over the other side's lines (axis
+    ``dim``) that have U > 0 of G·2^offset/U: inf where there is none (also where this device
+    holds none of them, the identity of the minimum its agreement takes over the rest)."""
     shape = (1, -1) if dim == 1 else (-1, 1)
     quotient = ldexp(g, offset.view(shape)) / sums.view(shape).to(torch.float64)
     quotient = torch.where(sums.view(shape) > 0, quotient, torch.inf)
-    least = quotient.amin(dim=dim) * _QUOTIENT_MARGIN
+    if quotient.shape[dim] == 0:
+        return quotient.new_full((quotient.shape[1 - dim],), torch.inf)
+    return quotient.amin(dim=dim)
+
+
+def _levels(base: torch.Tensor, least: torch.Tensor) -> torch.Tensor:
+    """p = base − e per line, with 2^e ≤ ``least`` (:func:`_least_quotients`, over the whole
+    product); UNBOUNDED where that minimum is 0 (no lower bound of |A||B| reaches some output),
+    0 where it is inf (the line meets only zeros, so makes no error).  Every step is exact or
+    one correctly rounded division, so the result is the same on every device."""
+    least = least * _QUOTIENT_MARGIN
     level = _with_carry(base - (torch.frexp(least)[1].to(torch.int64) - 1))
     return torch.where(least == 0, UNBOUNDED, torch.where(least.isinf(), 0, level))
 
 
-# The upper codes count in units of 2^(top − D_U): below 2^D_U = 64 for every entry.
+# The upper codes count in units of 2^(top − D_U): at most 2^D_U = 64 for every entry.
 _UPPER_LEVELS = 6
+_UPPER_CODE_MAX = 1 << _UPPER_LEVELS
 
 
 def upper_abs_product_codes(x: torch.Tensor, top: torch.Tensor) -> torch.Tensor:
@@ -188,35 +200,47 @@ class MagnitudeBound:
         return MagnitudeBound(max(self.products, other.products), max(self.rows_a, other.rows_a),
                               max(self.rows_b, other.rows_b), self.k)
 
+    def agreed(self, agreement: Agreement) -> MagnitudeBound:
+        """The bound for the whole product of which this is one device's lines: each maximum over every device."""
+        return MagnitudeBound(*agreement.agree("max", [self.products, self.rows_a, self.rows_b]), self.k)
 
-def magnitude_bound(a: torch.Tensor, bt: torch.Tensor, extents_a: Extents, extents_b: Extents) -> MagnitudeBound:
-    """The :class:`MagnitudeBound` of A (M, K) and Bᵀ (N, K), in exact integers."""
+
+def magnitude_bound(a: torch.Tensor, bt: torch.Tensor, extents_a: Extents, extents_b: Extents,
+                    agreement: Agreement = ONE_DEVICE) -> MagnitudeBound:
+    """The :class:`MagnitudeBound` of A (M, K) and Bᵀ (N, K), in exact integers; on a mesh
+    (``agreement``), the maxima over this device's lines of the whole K's sums."""
+    _, k, _ = agreement.whole_shape(a.shape[-2], a.shape[-1], bt.shape[-2])
     codes_a, codes_b = upper_abs_product_codes(a, _tops(extents_a)), upper_abs_product_codes(bt, _tops(extents_b))
-    g = _code_product(codes_a, codes_b)
-    rows_a, rows_b = codes_a.to(torch.int64).sum(dim=-1), codes_b.to(torch.int64).sum(dim=-1)
-    return MagnitudeBound(int(g.max()), int(rows_a.max()), int(rows_b.max()), a.shape[-1])
+    g = agreement.sum_over_k(_code_product(codes_a, codes_b), bound=k * _UPPER_CODE_MAX**2)
+    rows_a, rows_b = (agreement.sum_over_k(codes.to(torch.int64).sum(dim=-1), bound=k * _UPPER_CODE_MAX)
+                      for codes in (codes_a, codes_b))
+    return MagnitudeBound(largest(g), largest(rows_a), largest(rows_b), k)
 
 
-def fp64_levels(a: torch.Tensor, bt: torch.Tensor, extents_a: Extents,
-                extents_b: Extents) -> tuple[torch.Tensor, torch.Tensor]:
+def fp64_levels(a: torch.Tensor, bt: torch.Tensor, extents_a: Extents, extents_b: Extents,
+                agreement: Agreement = ONE_DEVICE) -> tuple[torch.Tensor, torch.Tensor]:
     """The bits p_i each row of A (M, K) and of Bᵀ (N, K) needs for the bound of the module
     docstring with g = 0 (:data:`UNBOUNDED` where no lower bound of |A||B| reaches it); a row
-    keeps min(level + g, lossless width) bits for guard g."""
-    k = a.shape[-1]
+    keeps min(level + g, lossless width) bits for guard g.  On a mesh, ``agreement`` makes
+    each sum over K and each minimum over lines that of the whole product."""
+    _, k, _ = agreement.whole_shape(a.shape[-2], a.shape[-1], bt.shape[-2])
     if k > MAX_K:
         # Past the K the derivation covers, every row keeps its lossless width.
         return (torch.full(a.shape[:-1], UNBOUNDED, dtype=torch.int64, device=a.device),
                 torch.full(bt.shape[:-1], UNBOUNDED, dtype=torch.int64, device=bt.device))
     levels = min(_SUM_LEVELS, 52 - k.bit_length())
     top_a, top_b = _tops(extents_a), _tops(extents_b)
-    u_a, u_b = _upper_sums(a, top_a, levels), _upper_sums(bt, top_b, levels)
+    u_a, u_b = (agreement.sum_over_k(_upper_sums(x, top, levels), bound=k << levels)
+                for x, top in ((a, top_a), (bt, top_b)))
     r_a, r_b = _window_tops(top_a, u_a, k, levels), _window_tops(top_b, u_b, k, levels)
     # L_ij ≥ 2^(r_i + r_j − 2D)·G_ij and S^B_j ≤ 2^(top_j − W)·U_j: the first condition reads
     # 2^-p_i ≤ 2^(h − 53 − g + r_i − top_i − 2D + W)·min_j G_ij·2^(r_j − top_j)/U_j.
     g = _code_product(lower_abs_product_codes(a, r_a), lower_abs_product_codes(bt, r_b))
+    g = agreement.sum_over_k(g, bound=k * _CODE_MAX**2)
     base = 53 + 2 * CODE_LEVELS - levels - (k.bit_length() - 1) // 2  # h = ⌊log2 √K⌋
-    return (_levels(base + top_a - r_a, g, u_b, r_b - top_b, dim=1),
-            _levels(base + top_b - r_b, g, u_a, r_a - top_a, dim=0))
+    least_a = agreement.min_over_columns(_least_quotients(g, u_b, r_b - top_b, dim=1))
+    least_b = agreement.min_over_rows(_least_quotients(g, u_a, r_a - top_a, dim=0))
+    return _levels(base + top_a - r_a, least_a), _levels(base + top_b - r_b, least_b)
 
 
 def _with_carry(level: torch.Tensor) -> torch.Tensor:

@@ -541,11 +541,18 @@ def _parser() -> argparse.ArgumentParser:
     add("--budget", type=float, help="seconds after which no further shape is started")
     add("--project", type=_device_list, help=f"devices to project every catalog plan onto, from {listed(DEVICES)}")
     add("--out", type=Path, default=Path("bench-results"), help="output folder (default ./bench-results)")
+    add("--distributed", action="store_true",
+        help="ozaki.distributed on a mesh of every rank, under torchrun (ozaki.distributed_bench; its options: "
+             "python -m ozaki bench --distributed -h)")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if "--distributed" in argv:
+        from .distributed_bench import main as distributed_main  # its own options; imports torch.distributed
+
+        return distributed_main([arg for arg in argv if arg != "--distributed"])
     args = _parser().parse_args(argv)
     cuda = torch.cuda.is_available() and not args.cpu
     args.reps = args.reps or (5 if cuda else 3)

@@ -14,6 +14,7 @@ torch is patched.  Products carry a ``torch.autograd.Function`` whose backward p
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 from dataclasses import dataclass
 from inspect import Signature, signature
@@ -53,7 +54,19 @@ def _check_options(accuracy, engine) -> tuple:
 def _ozaki_matmul(a: torch.Tensor, b: torch.Tensor, options: tuple) -> torch.Tensor:
     accuracy, engine = options
     with _routing():
+        if _is_dtensor(a) or _is_dtensor(b):
+            # Imported on the first DTensor: torch.distributed.tensor costs import time, and some
+            # torch builds lack torch.distributed.
+            from . import distributed
+
+            return distributed.matmul(a, b, accuracy=accuracy, engine=engine)
         return ozaki.matmul(a, b, accuracy=accuracy, engine=engine)
+
+
+def _is_dtensor(x) -> bool:
+    # No DTensor exists before torch.distributed.tensor is imported, so its absence answers without importing it.
+    module = sys.modules.get("torch.distributed.tensor")
+    return module is not None and isinstance(x, module.DTensor)
 
 
 class _Product(torch.autograd.Function):

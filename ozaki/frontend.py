@@ -17,7 +17,7 @@ import torch
 from . import pipeline
 from .planning import ENGINES, ProductPlan, plan_product
 
-__all__ = ["check_options", "explain", "matmul"]
+__all__ = ["check_options", "explain", "matmul", "nonfinite_terms", "overlay_nonfinite"]
 
 _MAX_FIXED_BITS = 2200  # past every float64 exponent span: fixed bits beyond it change nothing
 
@@ -61,12 +61,14 @@ def _as_float64_tensor(x, name: str, device: torch.device | None) -> torch.Tenso
     return t.to(torch.float64)
 
 
-def _nonfinite_pattern(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Where numpy's matmul gives NaN, +inf and −inf because an input is NaN or infinite.
+def nonfinite_terms(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Whether some term a_ik·b_kj of each output is NaN, +inf, −inf because an input is NaN or
+    infinite: a boolean (3, …, M, N) tensor.  Each is an "any" over K, so the terms of a whole
+    product are the OR of those of its K shards (``ozaki.distributed``).
 
     A term a·b is NaN when either factor is NaN or it is 0·inf; it is ±inf when a factor is
-    infinite and the other non-zero.  A sum is NaN with a NaN term or with both +inf and
-    −inf terms.  0/1 indicator products count the terms (a positive count is exact in float32).
+    infinite and the other non-zero.  0/1 indicator products count the terms (a positive count
+    is exact in float32).
     """
 
     def count(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -83,8 +85,15 @@ def _nonfinite_pattern(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, 
     posinf_a, neginf_a, posinf_b, neginf_b = a == np.inf, a == -np.inf, b == np.inf, b == -np.inf
     posinf = count(posinf_a, pos_b) | count(neginf_a, neg_b) | count(pos_a & finite_a, posinf_b) | count(neg_a & finite_a, neginf_b)
     neginf = count(posinf_a, neg_b) | count(neginf_a, pos_b) | count(pos_a & finite_a, neginf_b) | count(neg_a & finite_a, posinf_b)
+    return torch.stack([nan_term, posinf, neginf])
+
+
+def overlay_nonfinite(out: torch.Tensor, terms: torch.Tensor) -> torch.Tensor:
+    """``out`` with NaN and ±inf where numpy's matmul puts them, from :func:`nonfinite_terms`:
+    a sum is NaN with a NaN term or with both +inf and −inf terms, else ±inf with such a term."""
+    nan_term, posinf, neginf = terms
     nan = nan_term | (posinf & neginf)
-    return nan, posinf & ~nan, neginf & ~nan
+    return torch.where(nan, torch.nan, torch.where(posinf, torch.inf, torch.where(neginf, -torch.inf, out)))
 
 
 def matmul(a, b, *, accuracy="fp64", engine: str = "auto"):
@@ -129,8 +138,7 @@ def matmul(a, b, *, accuracy="fp64", engine: str = "auto"):
     out = pipeline.run(plan)  # on the native path, IEEE semantics for NaN and ±Inf as numpy's matmul
     if plan.nonfinite:
         # The finite terms went through the emulation; NaN/Inf positions are overlaid after.
-        nan, posinf, neginf = _nonfinite_pattern(ta, tb)
-        out = torch.where(nan, torch.nan, torch.where(posinf, torch.inf, torch.where(neginf, -torch.inf, out)))
+        out = overlay_nonfinite(out, nonfinite_terms(ta, tb))
     for axis in squeeze:
         out = out.squeeze(axis)
     torch_out = isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor)

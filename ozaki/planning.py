@@ -20,6 +20,7 @@ from kernels import scaling as scaling_kernels
 from kernels.float64 import SIGNIFICAND_BITS
 
 from . import bands, catalog, cost
+from .agreement import ONE_DEVICE, Agreement, largest, smallest
 from .formats import Encoding
 from .capacity import crt_capacity, has_capacity
 from . import accuracy as fp64_rule
@@ -35,6 +36,8 @@ PLAN_ENGINES = ("int8", "fp8", "fp4")
 # Under "fp64" rows keep every bit the int8 plan for their need pays for, on every engine.
 _FILL_ENGINE = "int8"
 ENGINES = ("auto", "reference", *PLAN_ENGINES)
+# Above every bit count and guard: a minimum over no line (a device may hold none of a side).
+_NO_LINE = 1 << 62
 
 # The elementwise error bound each accuracy documents (README, ozaki.matmul), u = 2^-53.
 _CORRECTLY_ROUNDED = "correctly rounded: |C^ - C| <= u|C| + 2^-1075 (u = 2^-53)"
@@ -145,8 +148,9 @@ def kernels_available(device: torch.device) -> bool:
 def extents(x: torch.Tensor) -> Extents:
     """What stage 1 reads of x's rows (:func:`ozaki.scaling.row_extents`): with Triton in one
     pass of ``kernels.scaling`` (for Bᵀ, B's columns in place: no transposed copy), the same
-    integers, so the same bits, shifts, p, q and plan."""
-    return scaling_kernels.row_extents_kernel(x) if kernels_available(x.device) else row_extents(x)
+    integers, so the same bits, shifts, p, q and plan.  A device of a mesh may hold no row, which
+    the torch path reads as it is, without a launch."""
+    return scaling_kernels.row_extents_kernel(x) if kernels_available(x.device) and x.numel() else row_extents(x)
 
 
 def _plan_moduli(digits: str, min_product: int) -> Moduli | None:
@@ -219,71 +223,87 @@ def _finite(x: torch.Tensor) -> tuple[torch.Tensor, bool]:
     return torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0), True
 
 
-def plan_product(a: torch.Tensor, b: torch.Tensor, accuracy: Accuracy = "fp64", engine: str = "auto") -> ProductPlan:
+def plan_product(a: torch.Tensor, b: torch.Tensor, accuracy: Accuracy = "fp64", engine: str = "auto",
+                 agreement: Agreement = ONE_DEVICE) -> ProductPlan:
     """The plan for a (…, M, K) @ b (…, K, N), float64 with equal batch shapes on one device
-    (validated by the frontend).  Reads the data only where the shape does not decide."""
+    (validated by the frontend).  Reads the data only where the shape does not decide.
+
+    Where a and b are this device's shards of a product spread over a mesh, ``agreement``
+    (:mod:`ozaki.agreement`, :mod:`ozaki.distributed`) makes every statistic the plan reads
+    the whole product's: the plan is then this device's share of the plan one device would
+    make of the gathered matrices (its rows' bits, moduli, bands and path), with m, k, n the
+    shape of this device's product."""
     (m, k), n, device = a.shape[-2:], b.shape[-1], a.device
+    whole_m, whole_k, whole_n = agreement.whole_shape(m, k, n)
     batch = math.prod(a.shape[:-2])
     basis = dict(m=m, k=k, n=n, batch=batch, accuracy=accuracy, engine=engine)
 
     # Native from the shape alone: the cheapest plan general float64 data can get is slower.
     # The plan for rows of 53 bits stands for general float64 data: under "fp64", phi = 0.5
     # data at K = 16384 take its 16 int8 moduli (benchmarks/RESULTS.md).
-    verdict = native_verdict(m, k, n, accuracy, engine, device)
+    verdict = native_verdict(whole_m, whole_k, whole_n, accuracy, engine, device)
     if verdict is not None and verdict.native:
         return _logged(ProductPlan(**basis, path="native", reason=f"plan for rows of {SIGNIFICAND_BITS} bits",
                                    error_bound=_NATIVE_BOUND, predicted=verdict, operands=(a, b)))
-    if batch == 0 or min(m, k, n) == 0:
+    if batch == 0 or min(whole_m, whole_k, whole_n) == 0:
         return ProductPlan(**basis, path="emulated", reason="empty product: zeros", error_bound=_CORRECTLY_ROUNDED,
                            operands=(a, b))
 
     # 1. Scale: row i of A keeps bits_i, so |A'| ≤ 2^p − 1 with p = max bits_i; B's columns, q.
     (fa, nonfinite_a), (fb, nonfinite_b) = _finite(a), _finite(b)
-    flat_a, flat_bt = fa.reshape(-1, m, k), fb.reshape(-1, k, n).transpose(-1, -2)
-    read = [_sides(flat_a[index], flat_bt[index], accuracy) for index in range(batch)]
+    flat_a, flat_bt = fa.reshape(batch, m, k), fb.reshape(batch, k, n).transpose(-1, -2)
+    read = [_sides(flat_a[index], flat_bt[index], accuracy, agreement) for index in range(batch)]
     sides = [(side_a, side_b) for side_a, side_b, _ in read]
-    p = max(int(side_a.bits.max()) for side_a, _ in sides)
-    q = max(int(side_b.bits.max()) for _, side_b in sides)
+    p, q, widest_a, widest_b, nonfinite = agreement.agree("max", [
+        max(largest(side_a.bits) for side_a, _ in sides), max(largest(side_b.bits) for _, side_b in sides),
+        max(largest(side_a.lossless) for side_a, _ in sides), max(largest(side_b.lossless) for _, side_b in sides),
+        nonfinite_a or nonfinite_b,
+    ])
 
     # |A'B'| ≤ K·(2^p − 1)(2^q − 1); the CRT recovers it exactly, sign included, when
     # ∏m > 2·K·(2^p − 1)(2^q − 1): the capacity a plan advertises for k_max and input_bits.
     # Under "fp64" the data's own bound on Σ_k |A'_ik||B'_kj| (ozaki.accuracy) is often far
     # below it, and every row keeps the bits the int8 plan for its need pays for, whatever
     # the engine, so that every engine keeps the same bits and returns the same result.
-    needed = functools.partial(crt_capacity, k)
+    needed = functools.partial(crt_capacity, whole_k)
     if accuracy == "fp64":
         magnitude = functools.reduce(fp64_rule.MagnitudeBound.joined, [bound for _, _, bound in read])
-        needed = lambda p_, q_: min(crt_capacity(k, p_, q_), magnitude.capacity(p_, q_))  # noqa: E731
+        magnitude = magnitude.agreed(agreement)
+        needed = lambda p_, q_: min(crt_capacity(whole_k, p_, q_), magnitude.capacity(p_, q_))  # noqa: E731
         filled = _plan_moduli(_FILL_ENGINE, needed(p, q))
         if filled is not None:
-            p, q = _filled(needed, math.prod(filled.moduli), p, q, max(int(a.lossless.max()) for a, _ in sides),
-                           max(int(b.lossless.max()) for _, b in sides))
+            # Rows end with at most P bits, and some row has them (P ≤ the widest lossless row):
+            # p and q stay the largest bits of any row.
+            p, q = _filled(needed, math.prod(filled.moduli), p, q, widest_a, widest_b)
             sides = [(side_a.widened(p), side_b.widened(q)) for side_a, side_b in sides]
     capacity = needed(p, q)
     split = None
     if engine in PLAN_ENGINES and _plan_moduli(engine, capacity) is None:
         # Wider than every plan of the engine: a sum of band products (ozaki.bands).
-        split = bands.split(k, p, q, [(plan.capacity, plan.products) for plan in catalog.plans_for(engine)])
-        capacity = crt_capacity(k, split.width_a, split.width_b)
-    moduli = moduli_for(engine, k, capacity, device)
-    verdict = native_verdict(m, k, n, accuracy, engine, device, moduli)
+        split = bands.split(whole_k, p, q, [(plan.capacity, plan.products) for plan in catalog.plans_for(engine)])
+        capacity = crt_capacity(whole_k, split.width_a, split.width_b)
+    moduli = moduli_for(engine, whole_k, capacity, device)
+    verdict = native_verdict(whole_m, whole_k, whole_n, accuracy, engine, device, moduli)
     native = verdict is not None and verdict.native
+    # The fewest bits of any row and the guard are minima over every device's lines.
+    guard_a, guard_b, fewest_a, fewest_b = agreement.agree("min", [
+        min(_NO_LINE if side_a.guard is None else side_a.guard for side_a, _ in sides),
+        min(_NO_LINE if side_b.guard is None else side_b.guard for _, side_b in sides),
+        min(smallest(side_a.bits, _NO_LINE) for side_a, _ in sides),
+        min(smallest(side_b.bits, _NO_LINE) for _, side_b in sides),
+    ])
     guard = None
     if native:
         bound = _NATIVE_BOUND
     elif accuracy == "fp64":
-        guards = [side.guard for pair in sides for side in pair if side.guard is not None]
-        guard = min(guards) if guards else None
+        guard = None if min(guard_a, guard_b) == _NO_LINE else min(guard_a, guard_b)
         bound = _CORRECTLY_ROUNDED if guard is None else _fp64_bound(guard)
     else:
         bound = _CORRECTLY_ROUNDED if isinstance(accuracy, str) else _fixed_bound(accuracy)
-    bits_a = torch.cat([side_a.bits for side_a, _ in sides])
-    bits_b = torch.cat([side_b.bits for _, side_b in sides])
     return _logged(ProductPlan(
         **basis, path="native" if native else "emulated", reason=f"plan for rows of p={p}, q={q} bits",
-        error_bound=bound, moduli=moduli, bits_a=(int(bits_a.min()), int(bits_a.max())),
-        bits_b=(int(bits_b.min()), int(bits_b.max())), bands=split, predicted=verdict, guard=guard,
-        operands=(a, b) if native else (fa, fb), nonfinite=(nonfinite_a or nonfinite_b) and not native,
+        error_bound=bound, moduli=moduli, bits_a=(fewest_a, p), bits_b=(fewest_b, q), bands=split, predicted=verdict,
+        guard=guard, operands=(a, b) if native else (fa, fb), nonfinite=bool(nonfinite) and not native,
         rows=tuple((side_a.extents, side_b.extents, side_a.bits, side_b.bits) for side_a, side_b in sides),
     ))
 
@@ -305,24 +325,27 @@ class _Side:
 
     @property
     def guard(self) -> int | None:
-        """The guard g every lossy row keeps under "fp64"; None when every row is lossless."""
+        """The guard g every lossy row keeps under "fp64"; None when every row is lossless
+        (and for the other accuracies, which keep no guard)."""
+        if self.level is None:
+            return None
         lossy = self.bits < self.lossless
         return int((self.bits - self.level)[lossy].min()) if bool(lossy.any()) else None
 
 
-def _sides(a: torch.Tensor, bt: torch.Tensor,
-           accuracy: Accuracy) -> tuple[_Side, _Side, fp64_rule.MagnitudeBound | None]:
+def _sides(a: torch.Tensor, bt: torch.Tensor, accuracy: Accuracy,
+           agreement: Agreement) -> tuple[_Side, _Side, fp64_rule.MagnitudeBound | None]:
     """The two sides of one product and, under "fp64", its bound on |A'||B'|."""
-    extents_a, extents_b = extents(a), extents(bt)
+    extents_a, extents_b = agreement.extents(extents(a), extents(bt))
     lossless_a, lossless_b = exact_bits_of(extents_a), exact_bits_of(extents_b)
     if accuracy != "fp64":
         return (_Side(extents_a, bits_of(extents_a, accuracy), lossless_a),
                 _Side(extents_b, bits_of(extents_b, accuracy), lossless_b), None)
-    level_a, level_b = fp64_rule.fp64_levels(a, bt, extents_a, extents_b)
+    level_a, level_b = fp64_rule.fp64_levels(a, bt, extents_a, extents_b, agreement)
     guard = fp64_rule.FP64_GUARD
     return (_Side(extents_a, torch.minimum(level_a + guard, lossless_a), lossless_a, level_a),
             _Side(extents_b, torch.minimum(level_b + guard, lossless_b), lossless_b, level_b),
-            fp64_rule.magnitude_bound(a, bt, extents_a, extents_b))
+            fp64_rule.magnitude_bound(a, bt, extents_a, extents_b, agreement))
 
 
 def _logged(plan: ProductPlan) -> ProductPlan:

@@ -173,9 +173,12 @@ def shifts_of(row_max: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:
     return shift - carry.to(torch.int64)
 
 
-def scale_rows(x: torch.Tensor, bits: torch.Tensor) -> Scaled:
-    """Round each row of ``x`` (float64, finite, shape (..., M, K)) to ``bits`` (shape (..., M)) bits."""
-    shift = row_shifts(x, bits)
+def scale_rows(x: torch.Tensor, bits: torch.Tensor, shift: torch.Tensor | None = None) -> Scaled:
+    """Round each row of ``x`` (float64, finite, shape (..., M, K)) to ``bits`` (shape (..., M)) bits.
+
+    ``shift``: where x holds only some of each row's K entries (a shard, ``ozaki.distributed``),
+    the shifts of the whole rows (:func:`shifts_of` their maxima), which x's own maxima may not give."""
+    shift = row_shifts(x, bits) if shift is None else shift
     rows = x.reshape(-1, x.shape[-1])
     row_shift, row_bits = shift.reshape(-1, 1), bits.reshape(-1)
     mantissa = torch.empty(rows.shape, dtype=torch.int64, device=x.device)

@@ -1,0 +1,70 @@
+"""Where a plan's statistics become those of the whole product.
+
+A plan (:func:`ozaki.planning.plan_product`) reads statistics of its operands: per row of A
+and column of B, reductions over K (extents, sums, code products); over all rows or all
+columns, minima and maxima (the "fp64" levels, p and q, the guard).  On one device every
+operand is whole and each statistic already is the whole product's.  When the operands are
+shards of a product spread over a device mesh (:mod:`ozaki.distributed`), each reduction
+over a split axis becomes a collective, and every rank then makes the plan one device would
+make of the gathered matrices.
+
+:class:`Agreement` is the one-device case: every method returns what it is given, so the
+one-device plan is computed exactly as before, at no cost.  Each method names the reduction
+the caller applies; every one of them is exact (integer sums, minima and maxima), so the
+agreed statistic is the whole product's bit for bit, whatever order the ranks combine in.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from kernels.scaling import Extents
+
+__all__ = ["ONE_DEVICE", "Agreement", "largest", "smallest"]
+
+
+class Agreement:
+    """The reductions a plan's statistics go through; on one device (this class) none."""
+
+    def whole_shape(self, m: int, k: int, n: int) -> tuple[int, int, int]:
+        """(M, K, N) of the whole product, from those of this device's operands."""
+        return m, k, n
+
+    def extents(self, extents_a: Extents, extents_b: Extents) -> tuple[Extents, Extents]:
+        """The extents of whole rows of A and of Bᵀ from those of this device's part of their
+        K entries: the maximum of the row maxima, the minimum of the lowest set bits."""
+        return extents_a, extents_b
+
+    def sum_over_k(self, partial: torch.Tensor, bound: int) -> torch.Tensor:
+        """Σ over K of non-negative integers from this device's partial sums; ``bound`` is the
+        largest the whole sum can be (it picks the exact integer type the sums travel in)."""
+        return partial
+
+    def min_over_rows(self, values: torch.Tensor) -> torch.Tensor:
+        """Per column of B, the minimum over every row of A from that over this device's rows."""
+        return values
+
+    def min_over_columns(self, values: torch.Tensor) -> torch.Tensor:
+        """Per row of A, the minimum over every column of B from that over this device's columns."""
+        return values
+
+    def agree(self, op: str, values: Sequence[int]) -> list[int]:
+        """Integers reduced by ``op`` ("max" or "min") over every device: the whole product's
+        value of a maximum or minimum over lines (the same on devices that hold the same lines)."""
+        return list(values)
+
+
+ONE_DEVICE = Agreement()
+
+
+def largest(x: torch.Tensor) -> int:
+    """The largest of non-negative integers; 0, the identity of their maximum, for none (a
+    device may hold no line of a side)."""
+    return int(x.max()) if x.numel() else 0
+
+
+def smallest(x: torch.Tensor, none: int) -> int:
+    """The smallest of some integers; ``none``, above all of them, for none."""
+    return int(x.min()) if x.numel() else none

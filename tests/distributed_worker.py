@@ -1,0 +1,55 @@
+"""One rank of the distributed tests (tests/test_distributed.py): joins a process group, runs
+every job of a file on a 1-D mesh of all ranks, and returns (rank 0 also saves) what each job
+gave: the bits of the gathered result, its placement and the collectives of the call, or the
+error it raised."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+import ozaki
+from ozaki import distributed
+
+__all__ = ["PLACEMENTS", "run"]
+
+PLACEMENTS = {"R": Replicate(), "S0": Shard(0), "S1": Shard(1)}
+# A rank whose partner died waits no longer than this in a collective, then raises.
+_COLLECTIVE_TIMEOUT = timedelta(seconds=60)
+
+
+def run(rank: int, world: int, init_file: str, jobs_file: str, results_file: str | None = None,
+        backend: str = "gloo") -> dict:
+    dist.init_process_group(backend, init_method=f"file://{init_file}", rank=rank, world_size=world,
+                            timeout=_COLLECTIVE_TIMEOUT)
+    try:
+        mesh = init_device_mesh("cuda" if backend == "nccl" else "cpu", (world,))
+        results = {key: _result(job, mesh) for key, job in torch.load(jobs_file).items()}
+    finally:
+        dist.destroy_process_group()
+    if rank == 0 and results_file is not None:
+        torch.save(results, results_file)
+    return results
+
+
+def _result(job: dict, mesh) -> dict:
+    placement_a, placement_b, out = job["placements"]
+    a = distribute_tensor(job["a"].to(mesh.device_type), mesh, [PLACEMENTS[placement_a]])
+    b = distribute_tensor(job["b"].to(mesh.device_type), mesh, [PLACEMENTS[placement_b]])
+    options = dict(accuracy=job["accuracy"], engine=job["engine"])
+    try:
+        with distributed.traffic() as records:
+            if job["route"] == "emulate":
+                with ozaki.emulate(**options):
+                    c = a @ b
+            else:
+                c = distributed.matmul(a, b, **options, out_placement=None if out is None else PLACEMENTS[out])
+        bits = c.full_tensor().cpu().view(torch.int64)
+    except Exception as error:  # every rank raises alike (validation), or the test reports it
+        return {"error": f"{type(error).__name__}: {error}"}
+    return {"bits": bits, "placement": str(c.placements[0]),
+            "traffic": [(r.kind, r.purpose, str(r.dtype), r.bytes) for r in records]}

@@ -79,9 +79,9 @@ from .capacity import crt_capacity
 from .crt import garner, round_to_float64
 from .frontend import check_options, nonfinite_terms, overlay_nonfinite
 from .planning import Moduli, ProductPlan, plan_product
-from .products import direct_products, plane_products
+from .products import residue_products
 from .residues import reference_moduli, residues
-from .scaling import Scaled, scale_rows, shifts_of
+from .scaling import scale_rows, shifts_of
 
 __all__ = ["Collective", "matmul", "traffic"]
 
@@ -380,7 +380,8 @@ def _k_split_product(plan: ProductPlan, a: torch.Tensor, b: torch.Tensor, layout
     shift_a, shift_b = shifts_of(extents_a.row_max, bits_a), shifts_of(extents_b.row_max, bits_b)
     scaled_a, scaled_b = scale_rows(fa, bits_a, shift_a), scale_rows(fb.T, bits_b, shift_b)
     # 2–3. Residues and products of this rank's share: C'^(r)_i = A'^(r)_i·B'^(r)_i mod m_i in [0, m_i).
-    partial = _residue_products(scaled_a, scaled_b, moduli)
+    ra, rb = residues(scaled_a, moduli.moduli), residues(scaled_b, moduli.moduli).transpose(-1, -2)
+    partial = residue_products(ra, rb, moduli.moduli, moduli.encodings)
     # 4. Σ_r C'^(r)_i ≡ A'_i·B'_i (mod m_i): an exact integer sum over the ranks, at most
     #    W·(max m − 1), in the narrowest type that holds it; garner reduces it mod m_i.
     wire = _wire_type(layout.world * (max(moduli.moduli) - 1))
@@ -402,11 +403,3 @@ def _k_split_moduli(plan: ProductPlan, k: int) -> Moduli:
         return plan.moduli
     p, q = plan.bits_a[1], plan.bits_b[1]
     return Moduli(reference_moduli(k, crt_capacity(k, p, q)), None, "reference")
-
-
-def _residue_products(scaled_a: Scaled, scaled_b: Scaled, moduli: Moduli) -> torch.Tensor:
-    """C'_i = A'_i·B'_i mod m_i of scaled rows of A' and of B'ᵀ: int64 (len(moduli), M, N)."""
-    ra, rb = residues(scaled_a, moduli.moduli), residues(scaled_b, moduli.moduli).transpose(-1, -2)
-    if moduli.encodings is None:
-        return direct_products(ra, rb, moduli.moduli)
-    return plane_products(ra, rb, moduli.encodings)

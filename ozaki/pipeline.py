@@ -20,7 +20,7 @@ from . import bands, cost, planning
 from .crt import garner, round_to_float64, signed_residues
 from .formats import Encoding
 from .planning import Accuracy, Moduli, ProductPlan, plan_product
-from .products import direct_products, plane_products
+from .products import plane_products, residue_products
 from .capacity import crt_capacity
 from .residues import reference_moduli, residues
 from .scaling import Extents, scale_rows, shifts_of
@@ -80,10 +80,7 @@ def _product(plan: ProductPlan, a: torch.Tensor, bt: torch.Tensor, extents_a: Ex
 
     with stage("products", device):
         # 3. Products: C'_i = A'_i · B'_i mod m_i, each exact.
-        if moduli.encodings is None:
-            c = direct_products(ra, rb, moduli.moduli)
-        else:
-            c = plane_products(ra, rb, moduli.encodings)
+        c = residue_products(ra, rb, moduli.moduli, moduli.encodings)
 
     with stage("decode", device):
         # 4–5. CRT and unscale: C = diag(2^-s) C' diag(2^-t), rounded once.

@@ -29,7 +29,7 @@ from ._bits import blocks, floor_mod, round_
 # Each chunk's float64 product stays within 2^53 − 2^32, which _reduce_product needs.
 _PRODUCT_LIMIT = FLOAT64_EXACT - 2**32
 
-__all__ = ["digit_planes", "direct_products", "plane_products"]
+__all__ = ["digit_planes", "direct_products", "plane_products", "residue_products"]
 
 
 def _check_float64_exact(k: int, max_a: int, max_b: int, what: str) -> None:
@@ -117,3 +117,12 @@ def plane_products(ra: torch.Tensor, rb: torch.Tensor, encodings: Sequence[Encod
             c = torch.remainder(c + coefficient * torch.remainder(product, m), m)
         out.append(torch.remainder(c, m))
     return torch.stack(out)
+
+
+def residue_products(ra: torch.Tensor, rb: torch.Tensor, moduli: Sequence[int],
+                     encodings: Sequence[Encoding] | None) -> torch.Tensor:
+    """C'_i for every modulus: through the digit planes of each modulus' encoding, or
+    direct float64 products where there are none (the reference engine)."""
+    if encodings is None:
+        return direct_products(ra, rb, moduli)
+    return plane_products(ra, rb, encodings)

@@ -134,7 +134,7 @@ def main() -> None:
                                 bits="equal" if exact else "differ", int_mm_one_ms=one, int_mm_all_ms=cublas))
             log(f"  {describe(config)}: {ms:.2f} ms, {tops:.0f} TOP/s, x{one * moduli / ms:.2f} int_mm, "
                 f"bits {rows[-1][-1]}", out)
-        del planes_a, planes_b
+        planes_a = planes_b = None  # free the planes before the next size allocates its own
         torch.cuda.empty_cache()
     json.dump(results, open(os.path.join(OUT, "products.json"), "w"), indent=1)
     log("\n| n | kernel | ms | TOP/s | bits |\n| --- | --- | --- | --- | --- |", out)

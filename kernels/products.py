@@ -492,8 +492,8 @@ def grouped_modular_matmul(
     between groups.  ``operand`` (default: ``select_operand``), ``config`` (default: the
     first of ``CONFIGS[operand]`` that the planes' windows admit) and ``k_chunk``
     (default: the exact bound) override the automatic choices after validation.
-    ``out_dtype``: any integer type holding every modulus minus one (``residue_dtype`` is the
-    narrowest, which the kernel writes; wider types are a cast of it).
+    ``out_dtype``: ``residue_dtype`` of the moduli, which the kernel writes, or a wider
+    integer type (a cast of it).
 
     The planes' maxima, which set the exactness windows, are read back to the host here:
     planes whose digits are known by construction go through :func:`encoded_modular_matmul`,
@@ -516,7 +516,7 @@ def grouped_modular_matmul(
     narrowest = residue_dtype(moduli)
     if out_dtype not in (torch.uint8, torch.int16, torch.int32, torch.int64):
         raise TypeError(f"out_dtype {out_dtype}: residues are returned as torch.uint8, int16, int32 or int64")
-    if out_dtype != torch.int64 and out_dtype.itemsize < narrowest.itemsize:
+    if out_dtype.itemsize < narrowest.itemsize:
         raise TypeError(f"out_dtype {out_dtype} cannot hold residues mod {max(moduli)}: use {narrowest} or wider")
     operand = _checked_operand(digits, operand, device)
     config = config or _default_config(operand, max_product)
@@ -643,8 +643,13 @@ def _programs(device: torch.device) -> int:
 def _launch(a_op: torch.Tensor, b_op: torch.Tensor, coefficients: tuple[int, ...], plane_start: tuple[int, ...],
             moduli: tuple[int, ...], out: torch.Tensor, operand: str, config: PlaneGemmConfig, chunk: int) -> None:
     """Launches the kernel on operands already converted by ``_to_operand`` ([T, batch, rows,
-    K]) into ``out`` ([G, batch, M, N] of ``residue_dtype(moduli)``); callers have validated
-    every bound."""
+    K]) into ``out`` ([G, batch, M, N] of ``residue_dtype(moduli)`` or a wider integer type);
+    callers have validated every other bound."""
+    # The residue arithmetic follows the moduli (the fp32 path is exact for m <= 2**8 only),
+    # never the output's type.
+    arithmetic = residue_dtype(moduli)
+    if out.dtype.itemsize < arithmetic.itemsize:
+        raise ValueError(f"residues mod {max(moduli)} need {arithmetic} or wider; the output is {out.dtype}")
     device = a_op.device
     n_groups, n_batch, m_rows, n_cols = out.shape
     packed_k = a_op.shape[-1]
@@ -669,7 +674,7 @@ def _launch(a_op: torch.Tensor, b_op: torch.Tensor, coefficients: tuple[int, ...
         a_src, b_src, table, table[n_planes:], table[n_planes + len(plane_start):], out,
         m_rows, n_cols, n_groups * n_batch, n_batch, n_k_blocks, chunk_blocks, packed_k, packed_k,
         *out.stride(),
-        OPERAND=operand, SINGLE_FLUSH=single_flush, RESIDUE_BITS=_residue_bits(out.dtype), USE_TMA=config.tma,
+        OPERAND=operand, SINGLE_FLUSH=single_flush, RESIDUE_BITS=_residue_bits(arithmetic), USE_TMA=config.tma,
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
         IMPRECISE_WINDOW=config.imprecise_window, NUM_PROGRAMS=programs, num_warps=config.num_warps,
         num_stages=config.num_stages,

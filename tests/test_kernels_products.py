@@ -21,6 +21,8 @@ from kernels.products import (
     INTERPRETER_OPERANDS,
     PlaneGemmConfig,
     _joined,
+    _launch,
+    _to_operand,
     encoded_modular_matmul,
     grouped_modular_matmul,
     modular_matmul,
@@ -154,6 +156,19 @@ def test_residues_leave_the_kernel_in_the_narrowest_type(moduli, dtype):
 
 def plan_encodings(name: str) -> tuple:
     return tuple(catalog.encoding(encoding) for _, encoding in catalog.plan(name).moduli)
+
+
+def test_the_residue_arithmetic_follows_the_moduli_not_the_output_type():
+    # The fp32 reduction is exact for moduli up to 2**8 only: a byte output cannot select it for more.
+    rng = random.Random(8)
+    a, b = planes("int8", (1, 1, 16, 32), rng, torch.int8), planes("int8", (1, 1, 16, 32), rng, torch.int8)
+    out = torch.empty((1, 1, 16, 16), dtype=torch.uint8, device=DEVICE)
+    with pytest.raises(ValueError, match="residues mod 300 need torch.int16 or wider"):
+        _launch(a, b, (1,), (0, 1), (300,), out, "int8", POINTER, 64)
+    wide = torch.empty((1, 1, 16, 16), dtype=torch.int64, device=DEVICE)
+    _launch(_to_operand(a, "int8", POINTER.block_k), _to_operand(b, "int8", POINTER.block_k), (1,), (0, 1), (251,),
+            wide, "int8", POINTER, 64)
+    assert torch.equal(wide[0, 0], reference_modular_matmul(a[:, 0], b[:, 0], [1], 251))
 
 
 @pytest.mark.parametrize("name", ["b16-int8-k16384", "b24-fp4-k4096", "b24-fp8-k4096"])

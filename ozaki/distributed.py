@@ -57,8 +57,9 @@ widest type raises ValueError: nothing is rounded or wraps.
 ``torch.matmul``, ``@``, ``mm`` and the other products :func:`ozaki.emulate` routes take this path
 when their operands are DTensors (K split: Replicate() output), their backward products too.
 Speed: a rows or columns split runs :func:`ozaki.pipeline.run` on each rank (on a GPU the fused
-Triton path); a split K runs the library's torch stages (scaling, residues, products), as the
-fused path decodes before it would hand out residues to sum.
+Triton path); a split K runs the same fused encode and plane GEMMs up to the residues
+(:func:`ozaki.pipeline.fused_residues`), sums them and decodes once (the library's torch stages
+where Triton does not run: on the CPU, and for the reference engine).
 """
 
 from __future__ import annotations
@@ -71,9 +72,10 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor, Replicate, Shard
 
+from kernels import crt as crt_kernels
 from kernels.scaling import Extents
 
-from . import pipeline
+from . import pipeline, planning
 from .agreement import ONE_DEVICE, Agreement
 from .capacity import crt_capacity
 from .crt import garner, round_to_float64
@@ -378,17 +380,27 @@ def _k_split_product(plan: ProductPlan, a: torch.Tensor, b: torch.Tensor, layout
     # 1. Scale on the whole rows' grid: s_i and t_j from the whole rows' maxima (agreed), so
     #    this rank's A'^(r), B'^(r) are its columns of A' and rows of B'.
     shift_a, shift_b = shifts_of(extents_a.row_max, bits_a), shifts_of(extents_b.row_max, bits_b)
-    scaled_a, scaled_b = scale_rows(fa, bits_a, shift_a), scale_rows(fb.T, bits_b, shift_b)
-    # 2–3. Residues and products of this rank's share: C'^(r)_i = A'^(r)_i·B'^(r)_i mod m_i in [0, m_i).
-    ra, rb = residues(scaled_a, moduli.moduli), residues(scaled_b, moduli.moduli).transpose(-1, -2)
-    partial = residue_products(ra, rb, moduli.moduli, moduli.encodings)
+    fused = moduli.encodings is not None and planning.kernels_available(fa.device)
+    # 2–3. Residues and products of this rank's share: C'^(r)_i = A'^(r)_i·B'^(r)_i mod m_i in [0, m_i)
+    #      (on a GPU fused from float64 to byte residues, as one device's product).
+    if fused:
+        partial = pipeline.fused_residues(fa, fb.T, shift_a, shift_b, moduli)
+    else:
+        scaled_a, scaled_b = scale_rows(fa, bits_a, shift_a), scale_rows(fb.T, bits_b, shift_b)
+        ra, rb = residues(scaled_a, moduli.moduli), residues(scaled_b, moduli.moduli).transpose(-1, -2)
+        partial = residue_products(ra, rb, moduli.moduli, moduli.encodings)
     # 4. Σ_r C'^(r)_i ≡ A'_i·B'_i (mod m_i): an exact integer sum over the ranks, at most
-    #    W·(max m − 1), in the narrowest type that holds it; garner reduces it mod m_i.
+    #    W·(max m − 1), in the narrowest type that holds it, then reduced mod m_i.
     wire = _wire_type(layout.world * (max(moduli.moduli) - 1))
-    total = _reduced(partial.to(wire), "sum", "residues", layout).to(torch.int64)
+    total = _reduced(partial.to(wire), "sum", "residues", layout)
     # 5. CRT and unscale: C = diag(2^-s) C' diag(2^-t), rounded once, on the ranks keeping C_ij.
-    exponent = -(shift_a[rows, None] + shift_b[None, columns])
-    out = round_to_float64(garner(total, moduli.moduli), moduli.moduli, exponent)
+    if fused:
+        if layout.world > 1:
+            total = torch.remainder(total, torch.tensor(moduli.moduli, dtype=wire, device=total.device)[:, None, None])
+        out = crt_kernels.decode_residues(total, moduli.moduli, -shift_a[rows], -shift_b[columns])
+    else:
+        exponent = -(shift_a[rows, None] + shift_b[None, columns])
+        out = round_to_float64(garner(total.to(torch.int64), moduli.moduli), moduli.moduli, exponent)
     if not plan.nonfinite:
         return out
     terms = _reduced(nonfinite_terms(a, b).to(torch.uint8), "max", "non-finite terms", layout)

@@ -26,7 +26,7 @@ from .residues import reference_moduli, residues
 from .scaling import Extents, scale_rows, shifts_of
 from .timing import stage
 
-__all__ = ["emulated_matmul", "run"]
+__all__ = ["emulated_matmul", "fused_residues", "run"]
 
 log = logging.getLogger("ozaki")
 
@@ -169,6 +169,24 @@ def _fused_by_row_blocks(a: torch.Tensor, bt: torch.Tensor, shift_a: torch.Tenso
             c[block] = crt_kernels.decode_residues(block_residues, plan.moduli, -shift_a[block], col_exponent)
         del block_residues
     return c
+
+
+def fused_residues(a: torch.Tensor, bt: torch.Tensor, shift_a: torch.Tensor, shift_b: torch.Tensor,
+                   plan: Moduli) -> torch.Tensor:
+    """Stages 2–3 with Triton, all rows at once, stopping before the decode: the residues
+    C'_i = A'_i · B'_i mod m_i, ``[len(plan.moduli), M, N]`` in [0, m_i) of
+    ``kernels.products.residue_dtype``, for callers that combine residues of several products
+    before one decode (a split K sums them over ranks, ``ozaki.distributed``).  ``a`` is A
+    (M, K), ``bt`` Bᵀ (N, K), the shifts those of stage 1."""
+    (m, k), n = a.shape, bt.shape[0]
+    config = _plane_config(plan.encodings, m, n, k, a.device)
+    with stage("encode", a.device):
+        # 2. Residues: A'_i = A' mod m_i, B'_i = B' mod m_i as digit planes, straight from float64.
+        planes_a = residue_kernels.encode_planes(a, shift_a, plan.encodings, "a")
+        planes_b = residue_kernels.encode_planes(bt, shift_b, plan.encodings, "b")
+    with stage("products", a.device):
+        # 3. Products: C'_i = A'_i · B'_i mod m_i, each exact, all moduli in one launch.
+        return encoded_modular_matmul(planes_a, planes_b, plan.encodings, config=config)
 
 
 def _plane_config(encodings: tuple[Encoding, ...], m: int, n: int, k: int, device: torch.device):

@@ -5,6 +5,7 @@ error it raised."""
 
 from __future__ import annotations
 
+import contextlib
 from datetime import timedelta
 
 import torch
@@ -13,7 +14,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 
 import ozaki
-from ozaki import distributed
+from ozaki import distributed, planning
 
 __all__ = ["PLACEMENTS", "run"]
 
@@ -42,7 +43,7 @@ def _result(job: dict, mesh) -> dict:
     b = distribute_tensor(job["b"].to(mesh.device_type), mesh, [PLACEMENTS[placement_b]])
     options = dict(accuracy=job["accuracy"], engine=job["engine"])
     try:
-        with distributed.traffic() as records:
+        with distributed.traffic() as records, _triton_path(job["route"] == "triton"):
             if job["route"] == "emulate":
                 with ozaki.emulate(**options):
                     c = a @ b
@@ -53,3 +54,16 @@ def _result(job: dict, mesh) -> dict:
         return {"error": f"{type(error).__name__}: {error}"}
     return {"bits": bits, "placement": str(c.placements[0]),
             "traffic": [(r.kind, r.purpose, str(r.dtype), r.bytes) for r in records]}
+
+
+@contextlib.contextmanager
+def _triton_path(forced: bool):
+    """The fused Triton stages on CPU tensors too (Triton's interpreter, which the test process
+    enables for its spawned ranks), as on a GPU."""
+    original = planning.kernels_available
+    if forced:
+        planning.kernels_available = lambda device: True
+    try:
+        yield
+    finally:
+        planning.kernels_available = original

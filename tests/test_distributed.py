@@ -95,6 +95,11 @@ def _jobs() -> dict[tuple, dict]:
         for accuracy in ("fp64", "exact"):
             for layout in (("S0", "R", None), ("S1", "S0", None), ("S1", "S0", "S1")):
                 add(case, accuracy, "int8", layout)
+    # The fused Triton stages (the interpreter here, as on a GPU): local products, and a split K's
+    # byte residues summed over the ranks before one decode.
+    for case in ("phi", "nonfinite", "long_k"):
+        for layout in (("S0", "R", None), ("S1", "S0", None), ("S1", "S0", "S1"), ("S1", "R", "S0")):
+            add(case, "fp64", "int8", layout, route="triton")
     # torch's own calls on DTensors inside ozaki.emulate().
     for case in ("phi", "nonfinite"):
         for layout in (("S0", "R", None), ("R", "S1", None), ("S1", "S0", None), ("S0", "S1", None)):

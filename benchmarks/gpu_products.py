@@ -36,10 +36,12 @@ from ozaki.scaling import shifts_of
 OUT = os.environ.get("OUT", "gpu_products_out")
 # Beyond CONFIGS["int8"]: neighbours of its entries, so the record shows why the list is ordered as it is.
 EXTRA = (
-    PlaneGemmConfig(128, 128, 128, num_warps=4, num_stages=3, group_m=16, tma=True, programs_per_sm=2),
-    PlaneGemmConfig(128, 128, 128, num_warps=4, num_stages=3, group_m=4, tma=True, programs_per_sm=2),
-    PlaneGemmConfig(128, 128, 64, num_warps=4, num_stages=3, tma=True, programs_per_sm=2),
-    PlaneGemmConfig(128, 128, 128, num_warps=4, num_stages=4, tma=True, programs_per_sm=2),
+    PlaneGemmConfig(128, 128, 128, num_warps=4, num_stages=3, tma=True, programs_per_sm=2, gluon=True),
+    PlaneGemmConfig(128, 128, 128, num_warps=8, num_stages=4, tma=True, gluon=True),
+    PlaneGemmConfig(256, 128, 128, num_warps=8, num_stages=4, tma=True, gluon=True),
+    PlaneGemmConfig(128, 256, 64, num_warps=8, num_stages=6, tma=True, gluon=True),
+    PlaneGemmConfig(128, 256, 128, num_warps=8, num_stages=3, group_m=4, tma=True, gluon=True),
+    PlaneGemmConfig(128, 256, 128, num_warps=8, num_stages=3, group_m=16, tma=True, gluon=True),
 )
 
 
@@ -50,7 +52,7 @@ def log(line: str, out) -> None:
 
 
 def describe(config: PlaneGemmConfig) -> str:
-    loads = "tma" if config.tma else "ptr"
+    loads = "gluon" if config.gluon else "tma" if config.tma else "ptr"
     return (f"{config.block_m}x{config.block_n}x{config.block_k} w{config.num_warps} s{config.num_stages} "
             f"g{config.group_m} {loads} x{config.programs_per_sm}/SM")
 
@@ -91,8 +93,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="8192,16384")
     parser.add_argument("--phi", type=float, default=0.5)
-    parser.add_argument("--only", choices=("all", "extra"), default="all",
-                        help="extra: time only the configs beyond CONFIGS (and the default, for reference)")
+    parser.add_argument("--only", choices=("all", "extra", "gluon"), default="all",
+                        help="extra: time only the configs beyond CONFIGS, gluon: only the Gluon kernel's (each with "
+                             "the default, for reference)")
     args = parser.parse_args()
     os.makedirs(OUT, exist_ok=True)
     out = open(os.path.join(OUT, "products.log"), "w")
@@ -100,7 +103,9 @@ def main() -> None:
     log(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} {props.name} ({props.multi_processor_count} SMs), "
         f"torch {torch.__version__}, triton {__import__('triton').__version__}", out)
     listed = list(CONFIGS["int8"]) if args.only == "all" else [CONFIGS["int8"][0]]
-    candidates = listed + [c for c in EXTRA if c not in CONFIGS["int8"]]
+    if args.only == "gluon":
+        listed += [c for c in CONFIGS["int8"] if c.gluon]
+    candidates = listed + [c for c in EXTRA if c not in CONFIGS["int8"] and (args.only != "gluon" or c.gluon)]
     rows, results = [], []
     for n in (int(s) for s in args.sizes.split(",")):
         planes_a, planes_b, encodings = operands(n, args.phi)

@@ -282,12 +282,7 @@ def tuned_plane_config(
     timing_modulus = {torch.uint8: 2**8, torch.int16: 2**15 - 1}.get(residues, 2**31 - 1)
 
     def refusal(config) -> str | None:
-        # Until kernels.products exports a public admission test: plan_chunk raises ValueError outside the windows.
-        try:
-            products.plan_chunk(operand, config, max_product)
-        except ValueError as error:
-            return str(error)
-        return None
+        return products.config_refusal(operand, config, max_product, planes=counts, k=k, device=device)
 
     def admits(config: dict) -> bool:
         return refusal(products.PlaneGemmConfig(**config)) is None

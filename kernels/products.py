@@ -13,7 +13,9 @@ residues in the narrowest type that holds them (:func:`residue_dtype`: uint8 for
 catalog's moduli, all at most 2**8), reduced in fp32 registers rather than by integer
 division.  :func:`encoded_modular_matmul`, the pipeline's entry, takes planes whose
 digits the encode kernel guarantees and reads nothing back to the host, so a product
-queues its work without waiting for the device.
+queues its work without waiting for the device.  On sm_90 the int8 launches of one plane
+per modulus may run :mod:`kernels.wgmma_products` instead (``PlaneGemmConfig.gluon``), the
+same integers from a hand-pipelined Gluon kernel; the tuner picks whichever is faster.
 
 Operand types ("operands"):
 
@@ -51,13 +53,16 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from kernels import ptx
 from kernels.digits import digit_set
 from kernels.float64 import FLOAT64_EXACT
+from kernels import wgmma_products
 from kernels.moduli import check_modulus
+from kernels.mod_reduce import fold_chunk
 
 __all__ = [
     "CONFIGS",
     "OPERANDS",
     "PlaneGemmConfig",
     "compile_ptx",
+    "config_refusal",
     "encoded_modular_matmul",
     "grouped_modular_matmul",
     "modular_matmul",
@@ -69,6 +74,8 @@ __all__ = [
 
 _log = logging.getLogger("ozaki.kernels")
 
+# Triton pointer types of the residues the kernels store.
+_OUT_TYPES = {torch.uint8: "*u8", torch.int16: "*i16", torch.int32: "*i32"}
 # Triton pointer types of the converted operands.
 _POINTER_TYPES = {"int8": "*i8", "e4m3": "*fp8e4nv", "e2m1": "*u8"}
 # The digit set whose every value the operand type stores exactly.
@@ -92,7 +99,9 @@ class PlaneGemmConfig:
     the operand tiles through tensor descriptors (the Hopper copy engine) instead of
     pointers; ``programs_per_sm`` persistent programs run on each multiprocessor, so that
     where tiles are small enough for several to be resident, one's MMAs run while another
-    waits on its own."""
+    waits on its own.  ``gluon`` runs :mod:`kernels.wgmma_products` instead, which keeps one
+    wgmma in flight: sm_90, ``int8``, TMA, one plane per modulus and one K chunk
+    (:func:`config_refusal` says which launches admit it)."""
 
     block_m: int
     block_n: int
@@ -103,6 +112,7 @@ class PlaneGemmConfig:
     imprecise_window: int = 32
     tma: bool = False
     programs_per_sm: int = 1
+    gluon: bool = False
 
     def __post_init__(self):
         for name in ("block_m", "block_n", "block_k"):
@@ -118,20 +128,30 @@ class PlaneGemmConfig:
                 f"PlaneGemmConfig.imprecise_window = {self.imprecise_window}: must be 0 or a multiple of "
                 f"{_WGMMA_FP8_K} no larger than block_k = {self.block_k}"
             )
+        if self.gluon:
+            # One warpgroup covers 64 rows per wgmma and each warp 16 of them; wgmma's N is at most 256.
+            if not self.tma or self.num_warps not in (4, 8) or self.block_m % max(64, 16 * self.num_warps):
+                raise ValueError(f"PlaneGemmConfig(gluon=True) needs tma=True, num_warps 4 or 8 and block_m a "
+                                 f"multiple of {max(64, 16 * self.num_warps)}; got {self}")
+            if self.block_n > 256:
+                raise ValueError(f"PlaneGemmConfig(gluon=True).block_n = {self.block_n}: wgmma's N is at most 256")
 
 
 # First entry of each list is the default; the launcher takes the first entry whose
 # exactness windows admit the planes.  Benchmarks time the whole list.
 CONFIGS: dict[str, tuple[PlaneGemmConfig, ...]] = {
-    # int8: ordered by the H200 timings of 16-moduli launches at n = 8192 and 16384 in benchmarks/kernels.md
-    # (persistent kernel); e4m3 and e2m1 by the earlier timings at 8192^3 there.
+    # int8: the Triton kernel's configs ordered by the H200 timings of 16-moduli launches at n = 8192 and
+    # 16384 in benchmarks/kernels.md, then the Gluon kernel's (never the default: it runs on sm_90 alone,
+    # where the tuner times it); e4m3 and e2m1 by the earlier timings at 8192^3 there.
     "int8": (
+        # The default, which runs wherever Triton does (the interpreter included).
         PlaneGemmConfig(128, 128, 128, num_warps=4, num_stages=3, tma=True, programs_per_sm=2),
         PlaneGemmConfig(128, 256, 128, num_warps=8, num_stages=3, tma=True),
-        PlaneGemmConfig(128, 128, 128, num_warps=8, num_stages=3, tma=True, programs_per_sm=2),
-        PlaneGemmConfig(256, 128, 128, num_warps=8, num_stages=3, tma=True),
+        # Pointer loads: operands past the int32 row coordinates of TMA descriptors.
         PlaneGemmConfig(128, 256, 128, num_warps=8, num_stages=3),
-        PlaneGemmConfig(128, 128, 128, num_warps=4, num_stages=4),
+        # kernels.wgmma_products, where a launch admits it (config_refusal): the fastest on the H200.
+        PlaneGemmConfig(128, 256, 128, num_warps=8, num_stages=3, tma=True, gluon=True),
+        PlaneGemmConfig(128, 256, 128, num_warps=8, num_stages=4, tma=True, gluon=True),
     ),
     "e4m3": (
         PlaneGemmConfig(128, 128, 128, num_warps=8, num_stages=4, imprecise_window=64, tma=True),
@@ -187,56 +207,6 @@ def _dot_blocks(a_src, b_src, a_row, b_row, offs_am, offs_bn, stride_a, stride_b
 
 
 @triton.jit
-def _reduce(x, modulus, inverse):
-    # x mod m in [0, m) for |x| < m * 2**50 without int64 division (a long emulated routine
-    # on GPUs that cost as much as the K loop): the float64 quotient is within
-    # 3 * 2**-53 * |x / m| < 1 of x / m, so its floor is off by at most one either way.
-    q = tl.floor(x.to(tl.float64) * inverse).to(tl.int64)
-    r = x - q * modulus
-    r = tl.where(r < 0, r + modulus, r)
-    return tl.where(r >= modulus, r - modulus, r)
-
-
-@triton.jit
-def _reduce_fp32(x, modulus, inverse):
-    # x mod m in [0, m) for an integer-valued fp32 |x| <= 2**24 - 2**9 and m <= 2**8, in
-    # single-precision registers (an int32 % is a long emulated routine): fl(x * fl(1/m)) is
-    # within |x/m| * 2**-23 < 1 of x/m, so q = floor of it is floor(x/m) - 1, + 0 or + 1,
-    # |q * m| <= |x| + m <= 2**24 is exact, and x - q * m is an exact integer in [-m, 2m).
-    q = tl.floor(x * inverse)
-    r = x - q * modulus
-    r = tl.where(r < 0, r + modulus, r)
-    return tl.where(r >= modulus, r - modulus, r)
-
-
-@triton.jit
-def _combine(residue, part, coef, modulus, inverse, RESIDUE_BITS: tl.constexpr):
-    # (residue + part * coef) mod m as int32 in [0, m), for residue in [0, m), coef in
-    # [0, m) and an exact chunk sum |part| < 2**31 (int32, or an integer-valued fp32).
-    if RESIDUE_BITS == 8:
-        # m <= 2**8, in fp32: part = high * 2**16 + low with |high| <= 2**15, 0 <= low < 2**16,
-        # so high * (2**16 mod m) + low lies in (-2**23, 2**23 + 2**16), and after the first
-        # reduction residue + r * coef <= (m - 1) * m < 2**16: both inside _reduce_fp32's range.
-        part32 = part.to(tl.int32)
-        m32 = modulus.to(tl.int32)
-        folded = (part32 >> 16) * (65536 % m32) + (part32 & 0xFFFF)
-        m_f = modulus.to(tl.float32)
-        inv_f = inverse.to(tl.float32)
-        r = _reduce_fp32(folded.to(tl.float32), m_f, inv_f)
-        r = _reduce_fp32(residue + r * coef.to(tl.float32), m_f, inv_f)
-    elif RESIDUE_BITS == 16:
-        # m <= 2**15: every intermediate stays below 2**30, in 32-bit registers (the 64-bit
-        # path spills on 128 x 256 tiles).  % takes the dividend's sign; shift into [0, m).
-        m32 = modulus.to(tl.int32)
-        r = (residue + (part.to(tl.int32) % m32) * coef.to(tl.int32)) % m32
-        r = tl.where(r < 0, r + m32, r)
-    else:
-        r = _reduce(tl.cast(residue, tl.int64) + _reduce(part.to(tl.int64), modulus, inverse) * coef, modulus,
-                    inverse)
-    return r.to(tl.int32)
-
-
-@triton.jit
 def _plane_gemm_kernel(
     a_src, b_src, coef_ptr, plane_start_ptr, moduli_ptr, out_ptr,
     M, N, n_products, n_batch, n_k_blocks, chunk_blocks, stride_a, stride_b,
@@ -289,7 +259,7 @@ def _plane_gemm_kernel(
         t_end = tl.load(plane_start_ptr + group + 1)
         modulus = tl.load(moduli_ptr + group)
         inverse = 1.0 / modulus.to(tl.float64)
-        # Chunk sums are below 2**31 and m < 2**31, so every _reduce argument stays below m * 2**50.
+        # Chunk sums are below 2**31 and m < 2**31, so every reduce_mod argument stays below m * 2**50.
         if SINGLE_FLUSH:
             # One plane, one chunk: no residue carried across the K loop (keeps registers free).
             coef = tl.load(coef_ptr + t_start)
@@ -297,7 +267,7 @@ def _plane_gemm_kernel(
             part = _dot_blocks(a_src, b_src, plane * M + tile_m, plane * N + tile_n, offs_am, offs_bn, stride_a,
                                stride_b, 0, n_k_blocks, ACC_DTYPE, OPERAND, USE_TMA, BLOCK_M, BLOCK_N, BLOCK_K,
                                PACKED_K, IMPRECISE_WINDOW)
-            residue = _combine(0, part, coef, modulus, inverse, RESIDUE_BITS)
+            residue = fold_chunk(0, part, coef, modulus, inverse, RESIDUE_BITS)
         else:
             residue = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
             for t in range(t_start, t_end):
@@ -307,7 +277,7 @@ def _plane_gemm_kernel(
                     part = _dot_blocks(a_src, b_src, plane * M + tile_m, plane * N + tile_n, offs_am, offs_bn,
                                        stride_a, stride_b, kb, tl.minimum(kb + chunk_blocks, n_k_blocks), ACC_DTYPE,
                                        OPERAND, USE_TMA, BLOCK_M, BLOCK_N, BLOCK_K, PACKED_K, IMPRECISE_WINDOW)
-                    residue = _combine(residue, part, coef, modulus, inverse, RESIDUE_BITS)
+                    residue = fold_chunk(residue, part, coef, modulus, inverse, RESIDUE_BITS)
 
         rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -371,6 +341,29 @@ def plan_chunk(operand: str, config: PlaneGemmConfig, max_product: int, k_chunk:
             f"the exact {operand} accumulation bound for max|P*Q| {max_product}"
         )
     return k_chunk
+
+
+def config_refusal(operand: str, config: PlaneGemmConfig, max_product: int, *, planes: Sequence[int] | None = None,
+                   k: int | None = None, device: torch.device | str | None = None) -> str | None:
+    """Why ``config`` cannot run a launch of ``operand`` planes with largest ``|P_t| * |Q_t|`` =
+    ``max_product``, or None when it can: its exactness windows (:func:`plan_chunk`), and for a
+    ``gluon`` config the cases that kernel covers, judged where they are given: ``planes`` (the
+    plane count of each modulus), ``k`` and ``device``."""
+    try:
+        chunk = plan_chunk(operand, config, max_product)
+    except ValueError as error:
+        return str(error)
+    if not config.gluon:
+        return None
+    if operand != "int8":
+        return f"the gluon kernel multiplies int8 planes, not {operand}"
+    if planes is not None and any(count != 1 for count in planes):
+        return f"the gluon kernel takes one plane per modulus; plane counts {list(planes)}"
+    if k is not None and k > chunk:
+        return f"the gluon kernel sums K in one exact chunk; K = {k} needs chunks of {chunk}"
+    if device is not None and not wgmma_products.supports(torch.device(device)):
+        return f"the gluon kernel needs wgmma (sm_90); {device} has none"
+    return None
 
 
 def _check_planes(name: str, planes, device, digits: str) -> list[int]:
@@ -670,6 +663,16 @@ def _launch(a_op: torch.Tensor, b_op: torch.Tensor, coefficients: tuple[int, ...
                len(coefficients), m_rows, n_cols, n_k_blocks, chunk, config)
     table = _scalar_table(coefficients, plane_start, moduli, device)
     n_planes = len(coefficients)
+    if config.gluon:
+        if operand != "int8" or not single_flush or not wgmma_products.supports(device):
+            raise ValueError(
+                f"{config}: the gluon kernel runs int8 planes, one plane per modulus in one K chunk, on sm_90; this "
+                f"launch has operand {operand}, plane counts {[e - s for s, e in zip(plane_start, plane_start[1:])]}, "
+                f"{n_k_blocks} K blocks in chunks of {chunk_blocks}, device {device}: use a config with gluon=False")
+        wgmma_products.launch(a_op.view(-1, packed_k), b_op.view(-1, packed_k), table,
+                              table[n_planes + len(plane_start):], out, n_k_blocks=n_k_blocks,
+                              residue_bits=_residue_bits(arithmetic), config=config, programs=programs)
+        return
     _plane_gemm_kernel[(min(tiles, programs),)](
         a_src, b_src, table, table[n_planes:], table[n_planes + len(plane_start):], out,
         m_rows, n_cols, n_groups * n_batch, n_batch, n_k_blocks, chunk_blocks, packed_k, packed_k,
@@ -683,15 +686,7 @@ def _launch(a_op: torch.Tensor, b_op: torch.Tensor, coefficients: tuple[int, ...
 
 def _default_config(operand: str, max_product: int) -> PlaneGemmConfig:
     # The first listed config whose windows admit the planes (plan_chunk names the problem if none does).
-    return next((c for c in CONFIGS[operand] if _admits(operand, c, max_product)), CONFIGS[operand][0])
-
-
-def _admits(operand: str, config: PlaneGemmConfig, max_product: int) -> bool:
-    try:
-        plan_chunk(operand, config, max_product)
-    except ValueError:
-        return False
-    return True
+    return next((c for c in CONFIGS[operand] if config_refusal(operand, c, max_product) is None), CONFIGS[operand][0])
 
 
 def modular_matmul(
@@ -748,6 +743,13 @@ def compile_ptx(operand: str, capability: int, config: PlaneGemmConfig, *, singl
     without ``TRITON_INTERPRET=1`` (see :func:`kernels.ptx.compile_kernel`)."""
     if operand not in OPERANDS:
         raise ValueError(f"unknown operand {operand!r}; known: {', '.join(OPERANDS)}")
+    if config.gluon:
+        if operand != "int8" or capability != 90 or not single_flush:
+            raise ValueError(f"the gluon kernel is sm_90 int8 with one plane and one K chunk (single_flush); "
+                             f"got {operand} on sm_{capability}, single_flush={single_flush}")
+        return wgmma_products.compile_ptx(config, residue_bits=_residue_bits(residue_dtype),
+                                          out_type=_OUT_TYPES[residue_dtype],
+                                          programs=multiprocessors * config.programs_per_sm)
     constexprs = dict(OPERAND=operand, SINGLE_FLUSH=single_flush, RESIDUE_BITS=_residue_bits(residue_dtype),
                       USE_TMA=config.tma, BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
                       GROUP_M=config.group_m, IMPRECISE_WINDOW=config.imprecise_window,
@@ -759,7 +761,7 @@ def compile_ptx(operand: str, capability: int, config: PlaneGemmConfig, *, singl
         b_type = f"tensordesc<{element[1:]}[{config.block_n}, {tile_k}]>"
     else:
         a_type = b_type = element
-    out_type = {torch.uint8: "*u8", torch.int16: "*i16", torch.int32: "*i32"}[residue_dtype]
+    out_type = _OUT_TYPES[residue_dtype]
     arguments = {"a_src": a_type, "b_src": b_type, "coef_ptr": "*i64", "plane_start_ptr": "*i64",
                  "moduli_ptr": "*i64", "out_ptr": out_type}
     signature = {name: arguments.get(name, "i32") for name in _plane_gemm_kernel.arg_names if name not in constexprs}

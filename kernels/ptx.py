@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
+from triton.experimental.gluon._runtime import GluonASTSource
 from triton.runtime.interpreter import InterpretedFunction
 
 __all__ = ["compile_kernel", "compile_ptx"]
@@ -19,7 +20,7 @@ __all__ = ["compile_kernel", "compile_ptx"]
 
 def compile_kernel(fn, signature: Mapping[str, str], constexprs: Mapping[str, object], *,
                    divisible: Iterable[str] = (), capability: int = 90, **options):
-    """``fn`` (a ``@triton.jit`` kernel) compiled for ``sm_<capability>``: Triton's compiled
+    """``fn`` (a ``@triton.jit`` or ``@gluon.jit`` kernel) compiled for ``sm_<capability>``: Triton's compiled
     kernel, whose ``asm`` holds the PTX and the cubin and ``metadata`` the shared memory.
 
     ``signature`` gives every argument its Triton type (``"*fp64"``, ``"i32"``, ...;
@@ -38,7 +39,7 @@ def compile_kernel(fn, signature: Mapping[str, str], constexprs: Mapping[str, ob
     if unknown:
         raise ValueError(f"divisible names {unknown}, which are not arguments of the kernel")
     attrs = {(names.index(name),): [["tt.divisibility", 16]] for name in divisible}
-    source = ASTSource(fn, dict(signature), dict(constexprs), attrs)
+    source = (GluonASTSource if fn.is_gluon() else ASTSource)(fn, dict(signature), dict(constexprs), attrs)
     return triton.compile(source, target=GPUTarget("cuda", capability, 32), options=options)
 
 

@@ -22,11 +22,11 @@ from hypothesis import strategies as st
 from test_kernels_products import needs_dot_scaled
 from triton.runtime.errors import OutOfResources
 
-from kernels import autotune
+from kernels import autotune, wgmma_products
 from kernels.autotune import CLASSES_FILE, best_config, candidates, clear_cache, target_for, tuned_plane_config
 from kernels.check import classes_report, proven_classes
 from kernels.check.run import tc_sum_probe
-from kernels.products import CONFIGS, plan_chunk
+from kernels.products import CONFIGS, config_refusal, plan_chunk
 from kernels.tc_sum import TC_SUM_CONFIGS, segment_length, tc_sum
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -229,15 +229,9 @@ def test_the_cpu_returns_the_default_untimed(monkeypatch, caplog):
     assert any("untimed" in r.getMessage() and r.name == "ozaki.kernels" for r in caplog.records)
 
 
-def _admitted(operand, max_product):
-    def admits(config):
-        try:
-            plan_chunk(operand, config, max_product)
-        except ValueError:
-            return False
-        return True
-
-    return [c for c in CONFIGS[operand] if admits(c)]
+def _admitted(operand, max_product, planes=(1,), k=128, device="cpu"):
+    return [c for c in CONFIGS[operand]
+            if config_refusal(operand, c, max_product, planes=planes, k=k, device=device) is None]
 
 
 @pytest.mark.parametrize(("operand", "max_product"), [("int8", 128 * 128), ("e4m3", 144), ("e4m3", 448 * 448),
@@ -267,6 +261,22 @@ def test_plane_candidates_are_the_admitted_members_of_the_class(operand, max_pro
     plan_chunk(operand, chosen, max_product)
 
 
+def test_the_gluon_kernel_is_timed_where_it_runs(fake_gpu, monkeypatch):
+    """On sm_90 (faked) the Gluon configs join the timing for one plane per modulus in one K chunk,
+    and only then."""
+    clock, _ = fake_gpu
+    monkeypatch.setattr(wgmma_products, "supports", lambda device: True)
+    gluon = [c for c in CONFIGS["int8"] if c.gluon]
+    timed = []
+    monkeypatch.setattr(triton.testing, "do_bench", lambda fn, return_mode: timed.append(fn) or 1.0)
+    tuned_plane_config("int8", 4096, 4096, 4096, [1] * 16, 128 * 128, "cpu")
+    assert gluon and len(timed) == len(CONFIGS["int8"])
+    for planes, k in (([1, 2], 4096), ([1], 2**20)):
+        timed.clear()
+        tuned_plane_config("int8", 4096, 4096, k, planes, 128 * 128, "cpu")
+        assert len(timed) == len(CONFIGS["int8"]) - len(gluon)
+
+
 # 2**31 // 200 leaves int8 one block_k of 128 per exact chunk: K = 256 runs as two chunks.
 @pytest.mark.parametrize(("operand", "max_product"), [
     ("int8", 128 * 128), ("int8", 2**31 // 200), ("e4m3", 144),
@@ -283,7 +293,7 @@ def test_plane_timing_launches_every_admitted_config(fake_gpu, monkeypatch, capl
     monkeypatch.setattr(triton.testing, "do_bench", bench)
     with caplog.at_level(logging.INFO, logger="ozaki.kernels"):
         chosen = tuned_plane_config(operand, 16, 16, 256, [1, 2], max_product, DEVICE)
-    admitted = _admitted(operand, max_product)
+    admitted = _admitted(operand, max_product, planes=(1, 2), k=256, device=DEVICE)
     assert len(seen) == len(admitted) > 1
     assert chosen == admitted[1]
     assert any(r.name == "ozaki.kernels" and "autotune modular_matmul" in r.getMessage() for r in caplog.records)

@@ -23,6 +23,7 @@ from kernels.products import (
     _joined,
     _launch,
     _to_operand,
+    config_refusal,
     encoded_modular_matmul,
     grouped_modular_matmul,
     modular_matmul,
@@ -31,6 +32,7 @@ from kernels.products import (
     residue_dtype,
     select_operand,
 )
+from kernels import wgmma_products
 from kernels.digits import digit_set
 from ozaki import catalog
 from ozaki.products import digit_planes
@@ -352,6 +354,10 @@ def test_bad_calls_raise(change, error, message):
         (dict(imprecise_window=48), "multiple of 32"),
         (dict(block_k=32, imprecise_window=64), "no larger than block_k"),
         (dict(programs_per_sm=0), "must be 1 to 4"),
+        (dict(gluon=True), "needs tma=True"),
+        (dict(gluon=True, tma=True, num_warps=2), "num_warps 4 or 8"),
+        (dict(block_m=64, gluon=True, tma=True, num_warps=8), "multiple of 128"),
+        (dict(block_n=512, gluon=True, tma=True, num_warps=4), "at most 256"),
     ],
 )
 def test_bad_configs_raise(fields, message):
@@ -375,3 +381,57 @@ def test_every_listed_config_is_valid_for_its_operand():
         largest = max(abs(v) for v in digit_set(digits)) ** 2
         for config in configs:
             assert plan_chunk(operand, config, largest) >= config.block_k
+
+
+# ---------------------------------------------------------------------------------------------
+# The Gluon kernel (kernels.wgmma_products): sm_90 only; its PTX is checked in test_kernels_ptx.py.
+
+GLUON = [c for c in CONFIGS["int8"] if c.gluon]
+on_hopper = pytest.mark.skipif(not wgmma_products.supports(torch.device(DEVICE)), reason="wgmma needs an sm_90 GPU")
+
+
+@on_hopper
+@pytest.mark.parametrize("config", GLUON, ids=[f"{c.block_m}x{c.block_n}w{c.num_warps}s{c.num_stages}" for c in GLUON])
+@pytest.mark.parametrize("moduli", [[251, 256, 2, 97], [2**15 - 1, 3], [2**31 - 1, 65537]])
+@pytest.mark.parametrize("shape", [(1, 1, 1), (130, 250, 300), (513, 129, 4000), (3, 260, 200, 70)])
+def test_gluon_kernel_matches_reference(config, moduli, shape):
+    """One plane per modulus, edge tiles, K padded to whole blocks, batch dimensions, every
+    residue arithmetic: the reference's residues."""
+    *batch, m, n, k = shape
+    rng = random.Random(f"{config}-{moduli}-{shape}")
+    groups = [(planes("int8", (1, *batch, m, k), rng), planes("int8", (1, *batch, n, k), rng), coefficients(1, rng), q)
+              for q in moduli]
+    got = grouped_modular_matmul(groups, digits="int8", config=config, out_dtype=residue_dtype(moduli))
+    for index, (a, b, coeffs, q) in enumerate(groups):
+        assert torch.equal(got[index].long(), reference_modular_matmul(a, b, coeffs, q)), q
+
+
+@on_hopper
+def test_gluon_kernel_refuses_what_it_does_not_cover():
+    rng = random.Random(5)
+    config = GLUON[0]
+    two = (planes("int4", (2, 70, 100), rng), planes("int4", (2, 50, 100), rng), [1, 3], 7)
+    with pytest.raises(ValueError, match="one plane per modulus"):
+        grouped_modular_matmul([two], digits="int4", config=config)
+    one = (planes("int8", (1, 70, 512), rng), planes("int8", (1, 50, 512), rng), [1], 7)
+    with pytest.raises(ValueError, match="one K chunk"):
+        grouped_modular_matmul([one], digits="int8", config=config, k_chunk=256)
+
+
+def test_gluon_configs_are_admitted_only_where_the_kernel_runs():
+    config, largest = GLUON[0], 128 * 128
+    assert config_refusal("int8", config, largest) is None
+    assert "one plane per modulus" in config_refusal("int8", config, largest, planes=[1, 2])
+    assert "one exact chunk" in config_refusal("int8", config, 2**23, k=256)  # chunks of one 128-block
+    assert "sm_90" in config_refusal("int8", config, largest, device="cpu")
+    assert config_refusal("int8", dataclasses.replace(config, gluon=False), largest, planes=[2], device="cpu") is None
+    # The launcher's default, which the interpreter and every GPU run, is never the Gluon kernel.
+    assert not CONFIGS["int8"][0].gluon
+
+
+@pytest.mark.skipif(DEVICE != "cpu", reason="the refusal on a device without wgmma")
+def test_gluon_kernel_is_refused_without_wgmma():
+    rng = random.Random(6)
+    one = (planes("int8", (1, 8, 32), rng), planes("int8", (1, 8, 32), rng), [1], 7)
+    with pytest.raises(ValueError, match="gluon=False"):
+        grouped_modular_matmul([one], digits="int8", config=GLUON[0])

@@ -35,6 +35,13 @@ VARIANTS = {
     "int8-int16-residues": ("int8", 90, PlaneGemmConfig(128, 128, 128, num_warps=8, tma=True), "int16"),
     "int8-big-moduli": ("int8", 90, PlaneGemmConfig(128, 128, 128, num_warps=8, tma=True), "int32"),
     "int8-pointer": ("int8", 90, PlaneGemmConfig(128, 256, 128, num_warps=8)),
+    # kernels.wgmma_products (Gluon), on every residue arithmetic.
+    "int8-gluon": ("int8", 90, PlaneGemmConfig(128, 128, 128, num_warps=4, num_stages=3, tma=True, programs_per_sm=2,
+                                               gluon=True)),
+    "int8-gluon-wide": ("int8", 90, PlaneGemmConfig(128, 256, 128, num_warps=8, num_stages=4, tma=True, gluon=True)),
+    "int8-gluon-int16-residues": ("int8", 90, PlaneGemmConfig(128, 128, 128, num_warps=4, tma=True, gluon=True),
+                                  "int16"),
+    "int8-gluon-big-moduli": ("int8", 90, PlaneGemmConfig(128, 128, 128, num_warps=4, tma=True, gluon=True), "int32"),
     # The promotion counts below need an epilogue without fp32 adds: int16 residues (the K loop
     # does not depend on the residue type).
     "e4m3-w64": ("e4m3", 90, PlaneGemmConfig(128, 128, 128, num_warps=8, imprecise_window=64, tma=True), "int16"),
@@ -87,12 +94,24 @@ def fp32_adds(text: str) -> int:
 
 def test_int8_is_wgmma_s8_with_int32_accumulation(ptx):
     for name in ("int8-tma", "int8-wide-tma", "int8-two-per-sm", "int8-int16-residues", "int8-big-moduli",
-                 "int8-pointer"):
+                 "int8-pointer", "int8-gluon", "int8-gluon-wide", "int8-gluon-int16-residues", "int8-gluon-big-moduli"):
         assert {m for m in mma(ptx[name]) if m.startswith("wgmma")} == mma(ptx[name])
         assert all(m.endswith(".s32.s8.s8") for m in mma(ptx[name])), mma(ptx[name])
     # No float anywhere where residues take integer arithmetic (byte residues are reduced in fp32).
-    for name in ("int8-int16-residues", "int8-big-moduli"):
+    for name in ("int8-int16-residues", "int8-big-moduli", "int8-gluon-int16-residues", "int8-gluon-big-moduli"):
         assert fp32_adds(ptx[name]) == 0
+
+
+@pytest.mark.parametrize("name", ["int8-gluon", "int8-gluon-wide"])
+def test_gluon_kernel_keeps_one_wgmma_group_in_flight(name, ptx):
+    # Its reason to exist: in the K loop the kernel waits for all but the newest group (the
+    # previous block's), so the tensor cores work while the warps wait for the next stage and
+    # refill the freed one; it drains (wait 0) once per tile, before the epilogue.
+    waits = re.findall(r"wgmma\.wait_group\.sync\.aligned (\d+)", ptx[name])
+    assert waits.count("1") == 1 and waits.count("0") == 1, waits
+    assert "cp.async.bulk.tensor" in ptx[name]
+    # The residues leave in 16-byte stores, with no register spills.
+    assert re.search(r"st\.global\.v4\.b32", ptx[name]) and not re.search(r"\b(?:ld|st)\.local\b", ptx[name])
 
 
 def test_tma_configs_use_the_bulk_tensor_copy(ptx):
@@ -141,7 +160,7 @@ def test_byte_residues_are_reduced_without_integer_division(ptx):
         config = VARIANTS[name][2]
         return config.block_m * config.block_n // (32 * config.num_warps)
 
-    for name in ("int8-tma", "int8-wide-tma", "int8-two-per-sm", "int8-pointer"):
+    for name in ("int8-tma", "int8-wide-tma", "int8-two-per-sm", "int8-pointer", "int8-gluon", "int8-gluon-wide"):
         assert divisions(name) < entries_per_thread(name) // 2, name
     assert divisions("int8-int16-residues") >= 2 * entries_per_thread("int8-int16-residues")
 
@@ -173,6 +192,7 @@ def test_extents_kernel_reads_both_operands_coalesced_without_spills(tmp_path):
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET", "0") in ("", "0"), reason="a refusal of the interpreter only")
 def test_compiling_under_the_interpreter_raises_clearly():
     for compile_ptx in (scaling.compile_ptx, residues.compile_ptx, lambda: crt.compile_ptx([7, 8, 9]),
-                        lambda: plane_gemm_ptx("int8", 90, VARIANTS["int8-pointer"][2])):
+                        lambda: plane_gemm_ptx("int8", 90, VARIANTS["int8-pointer"][2]),
+                        lambda: plane_gemm_ptx("int8", 90, VARIANTS["int8-gluon"][2])):
         with pytest.raises(RuntimeError, match="without TRITON_INTERPRET=1"):
             compile_ptx()

@@ -134,8 +134,7 @@ def wgmma_plane_gemm_kernel(
     load = 0
     load_tile = 0
     load_kb = 0
-    load_a_row, load_b_row = _operand_rows(first_tile, tiles, grid_m, grid_n, M, N, GROUP_M,
-                                                   BLOCK_M, BLOCK_N)
+    load_a_row, load_b_row = _operand_rows(first_tile, tiles, grid_m, grid_n, M, N, GROUP_M, BLOCK_M, BLOCK_N)
     for i in gl.static_range(NUM_STAGES - 1):
         if load_tile < my_tiles:
             _issue_load(a_desc, b_desc, a_smem, b_smem, ready, load, load_a_row, load_b_row, load_kb * BLOCK_K,
@@ -182,7 +181,7 @@ def wgmma_plane_gemm_kernel(
         mbarrier.invalidate(ready.index(i))
 
 
-def descriptors(a_src: torch.Tensor, b_src: torch.Tensor, block_m: int, block_n: int, block_k: int):
+def _descriptors(a_src: torch.Tensor, b_src: torch.Tensor, block_m: int, block_n: int, block_k: int):
     """TMA descriptors of the flattened [rows, K] int8 operands, in the kernel's shared layouts."""
     return (TensorDescriptor.from_tensor(a_src, [block_m, block_k], operand_layout(block_m, block_k)),
             TensorDescriptor.from_tensor(b_src, [block_n, block_k], operand_layout(block_n, block_k)))
@@ -196,7 +195,7 @@ def launch(a_src: torch.Tensor, b_src: torch.Tensor, coefficients: torch.Tensor,
     n_groups, n_batch, m_rows, n_cols = out.shape
     if out.stride(-1) != 1:
         raise ValueError(f"out has strides {out.stride()}: the kernel stores rows of contiguous residues")
-    a_desc, b_desc = descriptors(a_src, b_src, config.block_m, config.block_n, config.block_k)
+    a_desc, b_desc = _descriptors(a_src, b_src, config.block_m, config.block_n, config.block_k)
     tiles = -(-m_rows // config.block_m) * -(-n_cols // config.block_n) * n_groups * n_batch
     wgmma_plane_gemm_kernel[(min(tiles, programs),)](
         a_desc, b_desc, coefficients, moduli, out, m_rows, n_cols, n_groups * n_batch, n_batch, n_k_blocks,

@@ -39,6 +39,11 @@ assumes every entry at its row's maximum.  :class:`MagnitudeBound` bounds Σ_k |
 from the data instead, with a second int8 GEMM of *upper* codes ⌈|x|·2^(6 − top)⌉, exactly
 in integers; on phi = 0.5 data it is some 2^10 below, which the plan spends on more bits per
 row (ozaki.planning: every row keeps what the int8 plan of its need pays for).
+
+:func:`fp64_statistics` reads both from the data.  On a GPU (``kernels=True``, which the
+planning passes on CUDA tensors) its reads of the operands and of the code product run as
+the Triton passes of ``kernels.accuracy``, which give these torch functions' integers and
+floats bit for bit; the code GEMMs are ``torch._int_mm`` on either path.
 """
 
 from __future__ import annotations
@@ -47,25 +52,28 @@ from dataclasses import dataclass
 
 import torch
 
+from kernels import accuracy as accuracy_kernels
+from kernels.accuracy import CODE_LEVELS, CODE_MAX, UPPER_CODE_MAX, UPPER_LEVELS, UpperReading
 from kernels.float64 import SIGNIFICAND_BITS
 
 from ._bits import ldexp
 from .agreement import ONE_DEVICE, Agreement, largest
 from .scaling import Extents
 
-__all__ = ["CODE_LEVELS", "FP64_GUARD", "MAX_K", "UNBOUNDED", "MagnitudeBound", "fp64_levels", "lower_abs_product_codes",
-           "magnitude_bound", "upper_abs_product_codes"]
+__all__ = ["CODE_LEVELS", "FP64_GUARD", "MAX_K", "UNBOUNDED", "MagnitudeBound", "fp64_statistics",
+           "lower_abs_product_codes", "upper_abs_product_codes"]
 
 # The guard g the rule starts from (a plan keeps more where its moduli pay for it).
 FP64_GUARD = 4
 # The product term of the derivation stays below 2^-20·τ·L up to this K; past it every row
 # keeps its lossless width (the product is then correctly rounded).
 MAX_K = 2**22
-# D: the codes of the lower bound of |A||B| count in units of 2^(r − D) up to int8's 127,
-# and K·127² stays below 2^31 (int32 accumulation) for chunks of K ≤ 2^17.
-CODE_LEVELS = 7
-_CODE_MAX = 127
-_INT_MM_CHUNK = 2**17
+# D (CODE_LEVELS): the codes of the lower bound of |A||B| count in units of 2^(r − D) up to
+# int8's 127 (CODE_MAX); kernels.accuracy holds the codes' constants, as both layers write them.
+# int8 GEMMs accumulate in int32: a chunk of K codes of at most 127 (the upper codes are at
+# most 64) sums exactly while chunk·127² ≤ 2^31 − 1; the largest power of two, 2^17.
+_INT32_MAX = 2**31 - 1
+_INT_MM_CHUNK = 1 << (_INT32_MAX // CODE_MAX**2).bit_length() - 1
 # W for the upper sums: U ≤ K·2^W must stay below 2^53 to be exact as float64.
 _SUM_LEVELS = 30
 # The level of a row that no lower bound of |A||B| reaches: beyond every lossless width
@@ -114,27 +122,40 @@ def lower_abs_product_codes(x: torch.Tensor, window_top: torch.Tensor) -> torch.
     2^r > 127·2^(r − D).  (The scaling by a power of two is exact, or underflows, which
     only lowers it too.)"""
     scaled = ldexp(x.abs(), (CODE_LEVELS - window_top)[:, None])
-    return scaled.clamp_(max=_CODE_MAX).floor_().to(torch.int8)
+    return scaled.clamp_(max=CODE_MAX).floor_().to(torch.int8)
 
 
-def _code_product(codes_a: torch.Tensor, codes_bt: torch.Tensor) -> torch.Tensor:
-    """G = codes_a · codes_btᵀ exactly, as float64 (its integers are below 2^53): int8 GEMMs
-    accumulating in int32 (``torch._int_mm``, exact for chunks of K ≤ 2^17), summed in int64."""
-    (m, k), n = codes_a.shape, codes_bt.shape[0]
-    if m == 0 or n == 0:  # a device of a mesh holding no line of a side: no GEMM to launch
-        return torch.zeros((m, n), dtype=torch.float64, device=codes_a.device)
-    # Zero padding adds nothing.  K goes to a multiple of 8 everywhere: cuBLASLt's int8 GEMM
-    # wants it, and torch 2.11's CPU kernel returns wrong sums for K = 1 (checked against
-    # int64 products in tests/test_accuracy.py); on CUDA also M > 16 and N a multiple of 8.
+def _gemm_shape(m: int, k: int, n: int, device: torch.device) -> tuple[int, int, int]:
+    """(M, K, N) of the code GEMMs once zero-padded (zeros add nothing).  K goes to a multiple
+    of 8 everywhere: cuBLASLt's int8 GEMM wants it, and torch 2.11's CPU kernel returns wrong
+    sums for K = 1 (checked against int64 products in tests/test_accuracy.py); on CUDA also
+    M > 16 and N a multiple of 8, which torch._int_mm requires there."""
     pad_k = -(-k // 8) * 8
-    pad_m, pad_n = (max(17, -(-m // 8) * 8), -(-n // 8) * 8) if codes_a.device.type == "cuda" else (m, n)
-    a = torch.nn.functional.pad(codes_a, (0, pad_k - k, 0, pad_m - m))
-    bt = torch.nn.functional.pad(codes_bt, (0, pad_k - k, 0, pad_n - n))
-    total = torch.zeros((a.shape[0], bt.shape[0]), dtype=torch.int64, device=a.device)
-    for start in range(0, a.shape[1], _INT_MM_CHUNK):
+    if device.type != "cuda":
+        return m, pad_k, n
+    return max(17, -(-m // 8) * 8), pad_k, -(-n // 8) * 8
+
+
+def _padded(codes: torch.Tensor, rows: int, k: int) -> torch.Tensor:
+    return torch.nn.functional.pad(codes, (0, k - codes.shape[1], 0, rows - codes.shape[0]))
+
+
+def _code_product(codes_a: torch.Tensor, codes_bt: torch.Tensor, m: int, n: int, k: int) -> torch.Tensor:
+    """G = codes_a·codes_btᵀ of the first m and n rows exactly, from int8 codes zero-padded
+    to :func:`_gemm_shape`.  ``k`` is the whole product's K (a mesh sums this device's G over
+    it): up to one int32-exact chunk, G is the int32 result of one GEMM, exact for the sum over
+    every device too; beyond, int64 sums of chunks."""
+    dtype = torch.int32 if k <= _INT_MM_CHUNK else torch.int64
+    if m == 0 or n == 0 or codes_a.shape[1] == 0:
+        # A device of a mesh holding no line of a side (or no K): no GEMM to launch.
+        return torch.zeros((m, n), dtype=dtype, device=codes_a.device)
+    if dtype == torch.int32:
+        return torch._int_mm(codes_a, codes_bt.T)[:m, :n]
+    total = torch.zeros((codes_a.shape[0], codes_bt.shape[0]), dtype=torch.int64, device=codes_a.device)
+    for start in range(0, codes_a.shape[1], _INT_MM_CHUNK):
         chunk = slice(start, start + _INT_MM_CHUNK)
-        total += torch._int_mm(a[:, chunk], bt[:, chunk].T)
-    return total[:m, :n].to(torch.float64)
+        total += torch._int_mm(codes_a[:, chunk], codes_bt[:, chunk].T)
+    return total[:m, :n]
 
 
 def _least_quotients(g: torch.Tensor, sums: torch.Tensor, offset: torch.Tensor, dim: int) -> torch.Tensor:
@@ -142,7 +163,7 @@ def _least_quotients(g: torch.Tensor, sums: torch.Tensor, offset: torch.Tensor, 
     ``dim``) that have U > 0 of G·2^offset/U: inf where there is none (also where this device
     holds none of them, the identity of the minimum its agreement takes over the rest)."""
     shape = (1, -1) if dim == 1 else (-1, 1)
-    quotient = ldexp(g, offset.view(shape)) / sums.view(shape).to(torch.float64)
+    quotient = ldexp(g.to(torch.float64), offset.view(shape)) / sums.view(shape).to(torch.float64)
     quotient = torch.where(sums.view(shape) > 0, quotient, torch.inf)
     if quotient.shape[dim] == 0:
         return quotient.new_full((quotient.shape[1 - dim],), torch.inf)
@@ -159,15 +180,10 @@ def _levels(base: torch.Tensor, least: torch.Tensor) -> torch.Tensor:
     return torch.where(least == 0, UNBOUNDED, torch.where(least.isinf(), 0, level))
 
 
-# The upper codes count in units of 2^(top − D_U): at most 2^D_U = 64 for every entry.
-_UPPER_LEVELS = 6
-_UPPER_CODE_MAX = 1 << _UPPER_LEVELS
-
-
 def upper_abs_product_codes(x: torch.Tensor, top: torch.Tensor) -> torch.Tensor:
     """Per entry of x (R, K), the int8 code c = ⌈|x|·2^(D_U − top)⌉ ≤ 64 (at least 1 for a
     non-zero entry, also where the scaling underflows): |x| ≤ 2^(top − D_U)·c."""
-    scaled = ldexp(x.abs(), (_UPPER_LEVELS - top)[:, None]).ceil_()
+    scaled = ldexp(x.abs(), (UPPER_LEVELS - top)[:, None]).ceil_()
     return torch.where(x != 0, scaled.clamp_(min=1), 0).to(torch.int8)
 
 
@@ -190,7 +206,7 @@ class MagnitudeBound:
         """⌊2·bound⌋: moduli whose product exceeds it recover A'B' exactly (the CRT's window
         is |Y| < ∏m/2), as crt_capacity's 2·K·(2^p − 1)(2^q − 1) does from the maxima alone."""
         # 2·bound·2^(2D) = 2^(p+q+1)·G + 2^(p+D)·R^A + 2^(q+D)·R^B + 2^(2D−1)·K, all integers.
-        d = _UPPER_LEVELS
+        d = UPPER_LEVELS
         scaled = ((self.products << (p + q + 1)) + (self.rows_a << (p + d)) + (self.rows_b << (q + d))
                   + (self.k << (2 * d - 1)))
         return scaled >> (2 * d)
@@ -205,42 +221,60 @@ class MagnitudeBound:
         return MagnitudeBound(*agreement.agree("max", [self.products, self.rows_a, self.rows_b]), self.k)
 
 
-def magnitude_bound(a: torch.Tensor, bt: torch.Tensor, extents_a: Extents, extents_b: Extents,
-                    agreement: Agreement = ONE_DEVICE) -> MagnitudeBound:
-    """The :class:`MagnitudeBound` of A (M, K) and Bᵀ (N, K), in exact integers; on a mesh
-    (``agreement``), the maxima over this device's lines of the whole K's sums."""
-    _, k, _ = agreement.whole_shape(a.shape[-2], a.shape[-1], bt.shape[-2])
-    codes_a, codes_b = upper_abs_product_codes(a, _tops(extents_a)), upper_abs_product_codes(bt, _tops(extents_b))
-    g = agreement.sum_over_k(_code_product(codes_a, codes_b), bound=k * _UPPER_CODE_MAX**2)
-    rows_a, rows_b = (agreement.sum_over_k(codes.to(torch.int64).sum(dim=-1), bound=k * _UPPER_CODE_MAX)
-                      for codes in (codes_a, codes_b))
-    return MagnitudeBound(largest(g), largest(rows_a), largest(rows_b), k)
+def _upper_reading(x: torch.Tensor, top: torch.Tensor, levels: int, padded: tuple[int, int],
+                   kernels: bool) -> UpperReading:
+    if kernels:
+        return accuracy_kernels.upper_reading_kernel(x, top, levels, padded)
+    codes = upper_abs_product_codes(x, top)
+    return UpperReading(_upper_sums(x, top, levels), _padded(codes, *padded), codes.to(torch.int64).sum(dim=-1))
 
 
-def fp64_levels(a: torch.Tensor, bt: torch.Tensor, extents_a: Extents, extents_b: Extents,
-                agreement: Agreement = ONE_DEVICE) -> tuple[torch.Tensor, torch.Tensor]:
-    """The bits p_i each row of A (M, K) and of Bᵀ (N, K) needs for the bound of the module
-    docstring with g = 0 (:data:`UNBOUNDED` where no lower bound of |A||B| reaches it); a row
-    keeps min(level + g, lossless width) bits for guard g.  On a mesh, ``agreement`` makes
-    each sum over K and each minimum over lines that of the whole product."""
+def _lower_codes(x: torch.Tensor, window_top: torch.Tensor, padded: tuple[int, int], kernels: bool) -> torch.Tensor:
+    if kernels:
+        return accuracy_kernels.lower_codes_kernel(x, window_top, padded)
+    return _padded(lower_abs_product_codes(x, window_top), *padded)
+
+
+def fp64_statistics(a: torch.Tensor, bt: torch.Tensor, extents_a: Extents, extents_b: Extents,
+                    agreement: Agreement = ONE_DEVICE, *,
+                    kernels: bool = False) -> tuple[torch.Tensor, torch.Tensor, MagnitudeBound]:
+    """What "fp64" reads of A (M, K) and Bᵀ (N, K): the bits p_i each row of A and of Bᵀ needs
+    for the bound of the module docstring with g = 0 (:data:`UNBOUNDED` where no lower bound
+    of |A||B| reaches it; a row keeps min(level + g, lossless width) bits for guard g), and the
+    :class:`MagnitudeBound`, both in exact integers from one read of each operand's upper
+    statistics.  On a mesh, ``agreement`` makes each sum over K and each minimum or maximum
+    over lines that of the whole product.  ``kernels`` runs the passes over the operands and
+    the code product on Triton (``kernels.accuracy``, the same bits)."""
     _, k, _ = agreement.whole_shape(a.shape[-2], a.shape[-1], bt.shape[-2])
-    if k > MAX_K:
-        # Past the K the derivation covers, every row keeps its lossless width.
-        return (torch.full(a.shape[:-1], UNBOUNDED, dtype=torch.int64, device=a.device),
-                torch.full(bt.shape[:-1], UNBOUNDED, dtype=torch.int64, device=bt.device))
+    m, n = a.shape[-2], bt.shape[-2]
+    pad_m, pad_k, pad_n = _gemm_shape(m, a.shape[-1], n, a.device)
     levels = min(_SUM_LEVELS, 52 - k.bit_length())
     top_a, top_b = _tops(extents_a), _tops(extents_b)
-    u_a, u_b = (agreement.sum_over_k(_upper_sums(x, top, levels), bound=k << levels)
-                for x, top in ((a, top_a), (bt, top_b)))
-    r_a, r_b = _window_tops(top_a, u_a, k, levels), _window_tops(top_b, u_b, k, levels)
-    # L_ij ≥ 2^(r_i + r_j − 2D)·G_ij and S^B_j ≤ 2^(top_j − W)·U_j: the first condition reads
-    # 2^-p_i ≤ 2^(h − 53 − g + r_i − top_i − 2D + W)·min_j G_ij·2^(r_j − top_j)/U_j.
-    g = _code_product(lower_abs_product_codes(a, r_a), lower_abs_product_codes(bt, r_b))
-    g = agreement.sum_over_k(g, bound=k * _CODE_MAX**2)
-    base = 53 + 2 * CODE_LEVELS - levels - (k.bit_length() - 1) // 2  # h = ⌊log2 √K⌋
-    least_a = agreement.min_over_columns(_least_quotients(g, u_b, r_b - top_b, dim=1))
-    least_b = agreement.min_over_rows(_least_quotients(g, u_a, r_a - top_a, dim=0))
-    return _levels(base + top_a - r_a, least_a), _levels(base + top_b - r_b, least_b)
+    upper_a = _upper_reading(a, top_a, levels, (pad_m, pad_k), kernels)
+    upper_b = _upper_reading(bt, top_b, levels, (pad_n, pad_k), kernels)
+    if k > MAX_K:
+        # Past the K the derivation covers, every row keeps its lossless width.
+        level_a = torch.full(a.shape[:-1], UNBOUNDED, dtype=torch.int64, device=a.device)
+        level_b = torch.full(bt.shape[:-1], UNBOUNDED, dtype=torch.int64, device=bt.device)
+    else:
+        u_a, u_b = (agreement.sum_over_k(upper.sums, bound=k << levels) for upper in (upper_a, upper_b))
+        r_a, r_b = _window_tops(top_a, u_a, k, levels), _window_tops(top_b, u_b, k, levels)
+        # L_ij ≥ 2^(r_i + r_j − 2D)·G_ij and S^B_j ≤ 2^(top_j − W)·U_j: the first condition reads
+        # 2^-p_i ≤ 2^(h − 53 − g + r_i − top_i − 2D + W)·min_j G_ij·2^(r_j − top_j)/U_j.
+        codes_a, codes_b = _lower_codes(a, r_a, (pad_m, pad_k), kernels), _lower_codes(bt, r_b, (pad_n, pad_k), kernels)
+        g = agreement.sum_over_k(_code_product(codes_a, codes_b, m, n, k), bound=k * CODE_MAX**2)
+        offset_a, offset_b = r_a - top_a, r_b - top_b
+        if kernels:
+            least_a, least_b = accuracy_kernels.least_quotients_kernel(g, u_a, offset_a, u_b, offset_b)
+        else:
+            least_a, least_b = _least_quotients(g, u_b, offset_b, dim=1), _least_quotients(g, u_a, offset_a, dim=0)
+        base = 53 + 2 * CODE_LEVELS - levels - (k.bit_length() - 1) // 2  # h = ⌊log2 √K⌋
+        level_a = _levels(base + top_a - r_a, agreement.min_over_columns(least_a))
+        level_b = _levels(base + top_b - r_b, agreement.min_over_rows(least_b))
+    # The bound's maxima over lines are those of the whole K's sums.
+    g = agreement.sum_over_k(_code_product(upper_a.codes, upper_b.codes, m, n, k), bound=k * UPPER_CODE_MAX**2)
+    rows_a, rows_b = (agreement.sum_over_k(upper.code_sums, bound=k * UPPER_CODE_MAX) for upper in (upper_a, upper_b))
+    return level_a, level_b, MagnitudeBound(largest(g), largest(rows_a), largest(rows_b), k)
 
 
 def _with_carry(level: torch.Tensor) -> torch.Tensor:

@@ -312,7 +312,7 @@ def plan_product(a: torch.Tensor, b: torch.Tensor, accuracy: Accuracy = "fp64", 
 class _Side:
     """Stage 1's reading of the rows of A (or of Bᵀ) of one product: their extents, the bits
     each keeps, its lossless width and, under "fp64", the bits it needs at guard 0
-    (:func:`ozaki.accuracy.fp64_levels`)."""
+    (:func:`ozaki.accuracy.fp64_statistics`)."""
 
     extents: Extents
     bits: torch.Tensor
@@ -341,11 +341,12 @@ def _sides(a: torch.Tensor, bt: torch.Tensor, accuracy: Accuracy,
     if accuracy != "fp64":
         return (_Side(extents_a, bits_of(extents_a, accuracy), lossless_a),
                 _Side(extents_b, bits_of(extents_b, accuracy), lossless_b), None)
-    level_a, level_b = fp64_rule.fp64_levels(a, bt, extents_a, extents_b, agreement)
+    # As extents: the Triton passes on CUDA tensors, the same integers and floats as torch's.
+    level_a, level_b, bound = fp64_rule.fp64_statistics(a, bt, extents_a, extents_b, agreement,
+                                                        kernels=kernels_available(a.device))
     guard = fp64_rule.FP64_GUARD
     return (_Side(extents_a, torch.minimum(level_a + guard, lossless_a), lossless_a, level_a),
-            _Side(extents_b, torch.minimum(level_b + guard, lossless_b), lossless_b, level_b),
-            fp64_rule.magnitude_bound(a, bt, extents_a, extents_b, agreement))
+            _Side(extents_b, torch.minimum(level_b + guard, lossless_b), lossless_b, level_b), bound)
 
 
 def _logged(plan: ProductPlan) -> ProductPlan:

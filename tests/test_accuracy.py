@@ -94,7 +94,7 @@ def test_rows_keep_every_bit_the_int8_plan_pays_for_on_every_engine(phi):
     (_, p), (_, q) = plan.bits_a, plan.bits_b
     product = math.prod(plan.moduli.moduli)
     ta, tbt = torch.from_numpy(a), torch.from_numpy(b).T
-    bound = accuracy.magnitude_bound(ta, tbt, row_extents(ta), row_extents(tbt))
+    *_, bound = accuracy.fp64_statistics(ta, tbt, row_extents(ta), row_extents(tbt))
 
     def needed(p_, q_):
         return min(crt_capacity(500, p_, q_), bound.capacity(p_, q_))
@@ -120,7 +120,7 @@ def test_magnitude_bound_bounds_the_scaled_product(ab, p, q):
     # p and q bits, checked in exact integers on the scaled operands the pipeline builds.
     a, b = (torch.from_numpy(x) for x in ab)
     bt = b.T
-    bound = accuracy.magnitude_bound(a, bt, row_extents(a), row_extents(bt))
+    *_, bound = accuracy.fp64_statistics(a, bt, row_extents(a), row_extents(bt))
     sa = scale_rows(a, exact_bits(a).clamp(max=p))
     sb = scale_rows(bt, exact_bits(bt).clamp(max=q))
     ints_a = [[abs(int(m)) << int(e) for m, e in zip(rm, re)] for rm, re in zip(sa.mantissa.tolist(), sa.exponent.tolist())]
@@ -135,7 +135,7 @@ def test_magnitude_bound_is_tight_on_constant_rows(value):
     # which the bound must cover and, on these rows, hardly exceed.
     k, p, q = 64, 50, 47
     a = torch.full((2, k), value, dtype=torch.float64)
-    bound = accuracy.magnitude_bound(a, a, row_extents(a), row_extents(a))
+    *_, bound = accuracy.fp64_statistics(a, a, row_extents(a), row_extents(a))
     sa, sb = scale_rows(a, torch.full((2,), p)), scale_rows(a, torch.full((2,), q))
     exact = k * (abs(int(sa.mantissa[0, 0])) << int(sa.exponent[0, 0])) * (abs(int(sb.mantissa[0, 0])) << int(sb.exponent[0, 0]))
     assert 2 * exact <= bound.capacity(p, q) <= 4 * exact
@@ -147,8 +147,8 @@ def test_levels_are_exact_integers_independent_of_row_order():
     rng = np.random.default_rng(9)
     a, bt = torch.from_numpy(phi_entries(rng, (9, 200), 1.0)), torch.from_numpy(phi_entries(rng, (7, 200), 1.0))
     order = torch.randperm(9, generator=torch.Generator().manual_seed(0))
-    level_a, level_b = accuracy.fp64_levels(a, bt, row_extents(a), row_extents(bt))
-    moved_a, moved_b = accuracy.fp64_levels(a[order], bt, row_extents(a[order]), row_extents(bt))
+    level_a, level_b, _ = accuracy.fp64_statistics(a, bt, row_extents(a), row_extents(bt))
+    moved_a, moved_b, _ = accuracy.fp64_statistics(a[order], bt, row_extents(a[order]), row_extents(bt))
     assert torch.equal(moved_a, level_a[order]) and torch.equal(moved_b, level_b)
 
 
@@ -159,14 +159,19 @@ def test_code_products_are_exact(m, k, n):
     gen = torch.Generator().manual_seed(m * k * n)
     a = torch.randint(0, 128, (m, k), dtype=torch.int8, generator=gen)
     bt = torch.randint(0, 128, (n, k), dtype=torch.int8, generator=gen)
-    assert torch.equal(accuracy._code_product(a, bt), (a.long() @ bt.long().T).to(torch.float64))
+    pad_m, pad_k, pad_n = accuracy._gemm_shape(m, k, n, a.device)
+    padded_a, padded_bt = accuracy._padded(a, pad_m, pad_k), accuracy._padded(bt, pad_n, pad_k)
+    # One int32 GEMM up to the chunk's K, int64 sums of chunks past it (as the whole K of a mesh decides).
+    for whole_k, dtype in ((k, torch.int32), (accuracy._INT_MM_CHUNK + 1, torch.int64)):
+        g = accuracy._code_product(padded_a, padded_bt, m, n, whole_k)
+        assert g.dtype == dtype and torch.equal(g.long(), a.long() @ bt.long().T)
 
 
 def test_rows_that_meet_only_zeros_need_no_bits():
     # B all zero: no row of A can err, and B's columns keep nothing (their lossless width, 0).
     a = torch.from_numpy(phi_entries(np.random.default_rng(4), (3, 6), 1.0))
     bt = torch.zeros((2, 6), dtype=torch.float64)
-    level_a, _ = accuracy.fp64_levels(a, bt, row_extents(a), row_extents(bt))
+    level_a, _, _ = accuracy.fp64_statistics(a, bt, row_extents(a), row_extents(bt))
     assert level_a.tolist() == [0, 0, 0]
 
 
@@ -174,7 +179,7 @@ def test_beyond_max_k_rows_keep_their_lossless_width(monkeypatch):
     monkeypatch.setattr(accuracy, "MAX_K", 4)
     rng = np.random.default_rng(2)
     a, bt = torch.from_numpy(phi_entries(rng, (3, 5), 1.0)), torch.from_numpy(phi_entries(rng, (2, 5), 1.0))
-    level_a, level_b = accuracy.fp64_levels(a, bt, row_extents(a), row_extents(bt))
+    level_a, level_b, _ = accuracy.fp64_statistics(a, bt, row_extents(a), row_extents(bt))
     assert bool((level_a == accuracy.UNBOUNDED).all()) and bool((level_b == accuracy.UNBOUNDED).all())
 
 

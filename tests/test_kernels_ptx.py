@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import triton
 
-from kernels import crt, residues, scaling
+from kernels import accuracy, crt, residues, scaling
 from kernels.products import PlaneGemmConfig
 from kernels.products import compile_ptx as plane_gemm_ptx
 
@@ -189,9 +189,45 @@ def test_extents_kernel_reads_both_operands_coalesced_without_spills(tmp_path):
         assert ("ld.global.v2.b64" in text) == aligned, (operand, aligned)
 
 
+_ACCURACY_SCRIPT = """
+import json, sys
+from kernels.accuracy import compile_ptx
+json.dump({"-".join(map(str, variant)): compile_ptx(90, *variant) for variant in json.loads(sys.argv[1])},
+          open(sys.argv[2], "w"))
+"""
+
+
+def test_accuracy_passes_read_in_vectors_and_round_as_torch_without_spills(tmp_path):
+    # The "fp64" rule's passes over memory (kernels.accuracy): no local memory; where the data
+    # allow (aligned) the unit-stride axis is read in vector loads (A's K, Bᵀ's rows; G's
+    # columns) and the int8 codes leave in 16-byte stores.  Their floats are products by powers
+    # of two, a floor or ceil and one division: a fused multiply-add would round differently
+    # from torch, and the division must be the correctly rounded one.
+    variants = [(kernel, operand, aligned) for kernel in ("upper", "lower") for operand in "ab"
+                for aligned in (True, False)] + [("quotients", "a", aligned) for aligned in (True, False)]
+    result = _compiled(_ACCURACY_SCRIPT, json.dumps(variants), tmp_path)
+    assert isinstance(result, dict), result.stderr[-4000:]
+    for kernel, operand, aligned in variants:
+        text, name = result[f"{kernel}-{operand}-{aligned}"], (kernel, operand, aligned)
+        assert ".local" not in text, name
+        assert not re.search(r"\b(?:fma|mad|add|sub)\.\w+\.f64\b", text), name
+        if kernel == "quotients":
+            assert ".entry _quotients_kernel" in text and "div.rn.f64" in text, name
+            assert not re.search(r"\b(?:div\.(?:approx|full)|rcp\.approx)\S*\.f64", text), name
+            assert ("ld.global.v4.b32" in text) == aligned, name
+            continue
+        assert ".entry _codes_kernel" in text
+        assert ("ld.global.v2.b64" in text) == aligned and ("st.global.v4.b32" in text) == aligned, name
+        # The upper pass rounds its codes up and sums U and the codes per row (one int64 atomic
+        # each per chunk); the lower pass rounds down and sums nothing.
+        rounding = "cvt.rpi.f64.f64" if kernel == "upper" else "cvt.rmi.f64.f64"
+        assert rounding in text and (len(re.findall(r"atom\.global\S*\.add\.u64", text)) > 0) == (kernel == "upper")
+
+
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET", "0") in ("", "0"), reason="a refusal of the interpreter only")
 def test_compiling_under_the_interpreter_raises_clearly():
-    for compile_ptx in (scaling.compile_ptx, residues.compile_ptx, lambda: crt.compile_ptx([7, 8, 9]),
+    for compile_ptx in (scaling.compile_ptx, accuracy.compile_ptx, residues.compile_ptx,
+                        lambda: crt.compile_ptx([7, 8, 9]),
                         lambda: plane_gemm_ptx("int8", 90, VARIANTS["int8-pointer"][2]),
                         lambda: plane_gemm_ptx("int8", 90, VARIANTS["int8-gluon"][2])):
         with pytest.raises(RuntimeError, match="without TRITON_INTERPRET=1"):

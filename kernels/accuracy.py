@@ -1,0 +1,373 @@
+"""accuracy="fp64"'s reads of the operands and of the code product, in three Triton passes.
+
+The rule (``ozaki.accuracy``, whose docstring derives it) reads each operand twice and one
+int8 product of codes once:
+
+* :func:`upper_reading_kernel`, one pass over A (or Bᵀ) that needs only each row's top t:
+  the upper sum U = Σ over non-zero entries of 2^max(W − d, 0), d = t − e (e the frexp
+  exponent of the entry), the upper codes ⌈|x|·2^(D_U − t)⌉ (at least 1 for a non-zero
+  entry) and their row sums;
+* :func:`lower_codes_kernel`, one pass writing the lower codes min(⌊|x|·2^(D − r)⌋, 127)
+  once each row's window top r is known (it depends on U);
+* :func:`least_quotients_kernel`, one pass over the lower codes' product G giving, per row
+  of A and per column of B, the least quotient G_ij·2^off / U of the other side's lines.
+
+Each pass reads the input through its strides (Bᵀ's rows, B's columns, in place) and writes
+the codes K-contiguous and zero-padded to the shape the int8 GEMM takes (``padded``), so the
+GEMM needs no copy.  Every result is the torch path's bit for bit, whatever the tile shape
+or the split of K: the sums are integer sums (atomics in any order give the same int64),
+each code is one entry's function, and each quotient is the same float64 operations in the
+same order as ``ozaki.accuracy`` (a power-of-two scaling by two exact factors, as
+``ozaki._bits.ldexp``, then one correctly rounded division), whose minimum over lines does
+not depend on their order.  :func:`reference_upper_reading`, :func:`reference_lower_codes`
+and :func:`reference_least_quotients` compute the same from the definitions in Python's
+integers and floats, which the tests check against both layers.
+
+The code constants live here, below both layers, as :class:`~kernels.scaling.Extents` does:
+the library reads the same codes from either path.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from typing import NamedTuple
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels import ptx
+from kernels.float64 import EXPONENT_BIAS, FRACTION_BITS, MAGNITUDE_MASK, MAX_EXPONENT, MIN_NORMAL_EXPONENT, ULP_BIAS
+
+__all__ = ["CODES_BLOCK", "CODES_WARPS", "CODE_LEVELS", "CODE_MAX", "QUOTIENTS_BLOCK", "QUOTIENTS_WARPS",
+           "UPPER_CODE_MAX", "UPPER_LEVELS", "UpperReading", "compile_ptx", "least_quotients_kernel",
+           "lower_codes_kernel", "reference_least_quotients", "reference_lower_codes", "reference_upper_reading",
+           "upper_reading_kernel"]
+
+# D: the lower codes count in units of 2^(r − D) up to int8's 127.
+CODE_LEVELS = 7
+CODE_MAX = 127
+# D_U: the upper codes count in units of 2^(t − D_U), at most 2^D_U = 64 as every |x| < 2^t.
+UPPER_LEVELS = 6
+UPPER_CODE_MAX = 1 << UPPER_LEVELS
+
+
+class UpperReading(NamedTuple):
+    """What the rule reads of an operand's rows given only their tops, from either path."""
+
+    sums: torch.Tensor  # int64, one per row: U
+    codes: torch.Tensor  # int8 [padded rows, padded K]: the upper codes, zeros past the operand
+    code_sums: torch.Tensor  # int64, one per row: the sum of the row's upper codes
+
+
+# K x rows per tile of the operand passes.  As in kernels.scaling, the compiler lays the load
+# out with the input's unit-stride axis fastest, so A and Bᵀ are both read coalesced; the
+# codes leave K-contiguous (for Bᵀ through a layout change in shared memory).  Two int64
+# accumulators per entry (U and the code sums) keep 2048 entries over 4 warps in registers.
+CODES_BLOCK = (32, 64)
+CODES_WARPS = 4
+# Rows x columns of G per program of the quotient pass: each program writes its tile's
+# minima per row and per column, which torch's amin finishes over the tiles.
+QUOTIENTS_BLOCK = (64, 64)
+QUOTIENTS_WARPS = 8
+# Enough programs to keep every SM of an H200 (132) streaming: K is split over programs until
+# the grid holds about this many (or each holds one tile of K); CUDA's limit on the grid's
+# second axis, over which K is split.
+_TARGET_PROGRAMS = 4096
+_MAX_CHUNKS = 65535
+# U's terms are 1 << max(W − d, 0) in int64, d ≥ 0: W up to 62 keeps every term a power of
+# two below 2^63 (the caller keeps W small enough for the sum, ozaki.accuracy).
+_MAX_SUM_LEVELS = 62
+_SIGN_MASK = tl.constexpr(MAGNITUDE_MASK)
+_FRACTION_BITS = tl.constexpr(FRACTION_BITS)
+_BIAS = tl.constexpr(EXPONENT_BIAS)
+_LOW = tl.constexpr(MIN_NORMAL_EXPONENT)
+_HIGH = tl.constexpr(MAX_EXPONENT)
+# frexp's exponent of a normal |x| with biased field E is E − (bias − 1); a subnormal's
+# pattern f is its significand in units of 2^(1 − ULP_BIAS) = 2^-1074, exact as a float64
+# whose field F gives bit_length(f) = F − (bias − 1), so its exponent is that plus 1 − ULP_BIAS.
+_FREXP_BIAS = tl.constexpr(EXPONENT_BIAS - 1)
+_SUBNORMAL_SHIFT = tl.constexpr(ULP_BIAS - 1)
+_CODE_LEVELS = tl.constexpr(CODE_LEVELS)
+_CODE_MAX = tl.constexpr(float(CODE_MAX))
+_UPPER_LEVELS = tl.constexpr(UPPER_LEVELS)
+
+
+@triton.jit
+def _pow2(e):
+    # ozaki._bits.pow2: 2^e from its IEEE bits, e clamped to the normal exponents.
+    e = tl.minimum(tl.maximum(e, _LOW), _HIGH).to(tl.int64)
+    return ((e + _BIAS) << _FRACTION_BITS).to(tl.float64, bitcast=True)
+
+
+@triton.jit
+def _ldexp_factors(e):
+    # ozaki._bits.ldexp multiplies by these two powers of two, in this order.
+    first = tl.minimum(tl.maximum(e, _LOW), _HIGH)
+    return _pow2(first), _pow2(e - first)
+
+
+@triton.jit
+def _codes_kernel(
+    x_ptr, top_ptr, codes_ptr, sums_ptr, code_sums_ptr,
+    rows, K, rows_out, k_out, stride_xr, stride_xk, stride_cr, levels, k_chunk,
+    UPPER: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr,
+):
+    offs_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    row_mask = offs_r < rows
+    out_rows = offs_r < rows_out
+    # The row's top t (upper pass) or window top r (lower pass); a padding row reads 0 and,
+    # holding only zeros, gets zero codes whatever its scale.
+    top = tl.load(top_ptr + offs_r, mask=row_mask, other=0)
+    if UPPER:
+        scale_first, scale_second = _ldexp_factors(_UPPER_LEVELS - top)
+    else:
+        scale_first, scale_second = _ldexp_factors(_CODE_LEVELS - top)
+    k_start = tl.program_id(1) * k_chunk
+    k_stop = tl.minimum(k_start + k_chunk, k_out)
+    # Elementwise running sums over this program's K chunk, reduced across the tile once.
+    sums = tl.zeros([BLOCK_K, BLOCK_R], dtype=tl.int64)
+    code_sums = tl.zeros([BLOCK_K, BLOCK_R], dtype=tl.int64)
+    for k0 in range(k_start, k_stop, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        # Past the operand (K or rows) entries read as 0.0: zero codes, nothing summed.
+        x = tl.load(x_ptr + offs_k[:, None].to(tl.int64) * stride_xk + offs_r[None, :].to(tl.int64) * stride_xr,
+                    mask=(offs_k[:, None] < K) & row_mask[None, :], other=0.0)
+        nonzero = x != 0
+        scaled = tl.abs(x) * scale_first[None, :] * scale_second[None, :]
+        if UPPER:
+            codes = tl.where(nonzero, tl.maximum(tl.ceil(scaled), 1.0), 0.0)
+            code_sums += codes.to(tl.int64)
+            magnitude = x.to(tl.int64, bitcast=True) & _SIGN_MASK
+            field = magnitude >> _FRACTION_BITS
+            subnormal_field = magnitude.to(tl.float64).to(tl.int64, bitcast=True) >> _FRACTION_BITS
+            exponent = tl.where(field > 0, field, subnormal_field - _SUBNORMAL_SHIFT) - _FREXP_BIAS
+            below = top[None, :] - exponent
+            term = tl.full([BLOCK_K, BLOCK_R], 1, dtype=tl.int64) << tl.maximum(levels - below, 0)
+            sums += tl.where(nonzero, term, 0)
+        else:
+            codes = tl.floor(tl.minimum(scaled, _CODE_MAX))
+        tl.store(codes_ptr + offs_r[None, :].to(tl.int64) * stride_cr + offs_k[:, None], codes.to(tl.int8),
+                 mask=(offs_k[:, None] < k_stop) & out_rows[None, :])
+    if UPPER:
+        # Integer sums: the order in which the chunks' atomics land changes nothing.
+        tl.atomic_add(sums_ptr + offs_r, tl.sum(sums, axis=0), mask=row_mask)
+        tl.atomic_add(code_sums_ptr + offs_r, tl.sum(code_sums, axis=0), mask=row_mask)
+
+
+def _check_operand(x: torch.Tensor, scale: torch.Tensor, padded: tuple[int, int]) -> None:
+    if not isinstance(x, torch.Tensor) or x.dtype != torch.float64:
+        raise TypeError(f"x must be a float64 tensor, got {getattr(x, 'dtype', type(x).__name__)}")
+    if x.dim() != 2:
+        raise ValueError(f"x has shape {tuple(x.shape)}: expected [rows, K]")
+    if scale.shape != x.shape[:1] or scale.dtype != torch.int64 or scale.device != x.device:
+        raise ValueError(f"the row tops must be int64 of shape {tuple(x.shape[:1])} on {x.device}, got "
+                         f"{scale.dtype} {tuple(scale.shape)} on {scale.device}")
+    if len(padded) != 2 or padded[0] < x.shape[0] or padded[1] < x.shape[1]:
+        raise ValueError(f"padded {tuple(padded)} must hold x's shape {tuple(x.shape)}")
+    if max(padded) >= 2**31 - max(CODES_BLOCK):
+        raise ValueError(f"padded {tuple(padded)}: rows and K must stay below 2**31 (int32 offsets in a tile)")
+
+
+def _launch_codes(x: torch.Tensor, scale: torch.Tensor, padded: tuple[int, int], levels: int,
+                  sums: torch.Tensor | None, code_sums: torch.Tensor | None, block: tuple[int, int],
+                  chunks: int | None, num_warps: int) -> torch.Tensor:
+    if len(block) != 2 or any(b < 1 or b & (b - 1) for b in block):
+        raise ValueError(f"block must be two powers of two (BLOCK_K, BLOCK_R), got {block}")
+    if chunks is not None and chunks < 1:
+        raise ValueError(f"chunks must be at least 1, got {chunks}")
+    codes = torch.empty(padded, dtype=torch.int8, device=x.device)
+    if codes.numel():
+        block_k, block_r = block
+        row_blocks, k_tiles = triton.cdiv(padded[0], block_r), triton.cdiv(padded[1], block_k)
+        if chunks is None:
+            chunks = triton.cdiv(_TARGET_PROGRAMS, row_blocks)
+        tiles_per_chunk = triton.cdiv(k_tiles, min(chunks, k_tiles))
+        grid = (row_blocks, triton.cdiv(k_tiles, tiles_per_chunk))
+        if grid[1] > _MAX_CHUNKS:
+            raise ValueError(f"{grid[1]} chunks of K pass CUDA's grid limit {_MAX_CHUNKS}: ask for fewer")
+        _codes_kernel[grid](
+            x, scale, codes, sums, code_sums, x.shape[0], x.shape[1], padded[0], padded[1], x.stride(0), x.stride(1),
+            codes.stride(0), levels, tiles_per_chunk * block_k,
+            UPPER=sums is not None, BLOCK_K=block_k, BLOCK_R=block_r, num_warps=num_warps,
+        )
+    return codes
+
+
+def upper_reading_kernel(x: torch.Tensor, top: torch.Tensor, levels: int, padded: tuple[int, int], *,
+                         block: tuple[int, int] = CODES_BLOCK, chunks: int | None = None,
+                         num_warps: int = CODES_WARPS) -> UpperReading:
+    """The :class:`UpperReading` of x ``[rows, K]`` (float64, finite, any strides: for B pass
+    Bᵀ, a view) in one pass: U with W = ``levels``, the upper codes in an int8 ``padded``
+    (rows, K) buffer (zeros past x) and their row sums.  ``top`` (int64, one per row) must be
+    at least every entry's frexp exponent (the row maximum's: ``ozaki.accuracy``), so that
+    every code is at most 64 and every d ≥ 0.  ``block``, ``chunks`` (K split over this many
+    programs per block of rows) and ``num_warps`` change the speed, never the result."""
+    _check_operand(x, top, padded)
+    if not 0 <= levels <= _MAX_SUM_LEVELS:
+        raise ValueError(f"levels must lie in [0, {_MAX_SUM_LEVELS}] (U's terms are int64 powers of two), got {levels}")
+    sums = torch.zeros(x.shape[0], dtype=torch.int64, device=x.device)
+    code_sums = torch.zeros(x.shape[0], dtype=torch.int64, device=x.device)
+    codes = _launch_codes(x, top, padded, levels, sums, code_sums, block, chunks, num_warps)
+    return UpperReading(sums, codes, code_sums)
+
+
+def lower_codes_kernel(x: torch.Tensor, window_top: torch.Tensor, padded: tuple[int, int], *,
+                       block: tuple[int, int] = CODES_BLOCK, chunks: int | None = None,
+                       num_warps: int = CODES_WARPS) -> torch.Tensor:
+    """The lower codes min(⌊|x|·2^(D − r)⌋, 127) of x ``[rows, K]`` (float64, any strides)
+    for the window top r per row (``window_top``, int64) in an int8 ``padded`` (rows, K)
+    buffer, zeros past x, in one pass.  ``block``, ``chunks`` and ``num_warps`` change the
+    speed, never the result."""
+    _check_operand(x, window_top, padded)
+    return _launch_codes(x, window_top, padded, 0, None, None, block, chunks, num_warps)
+
+
+@triton.jit
+def _line_quotient_factors(sums_ptr, offset_ptr, offs, mask):
+    # Per line of one side: the two factors of 2^offset, the divisor U (1 where U = 0, whose
+    # quotients are replaced) and whether U > 0.  A line past the matrix counts as U = 0.
+    sums = tl.load(sums_ptr + offs, mask=mask, other=0)
+    first, second = _ldexp_factors(tl.load(offset_ptr + offs, mask=mask, other=0))
+    counted = sums > 0
+    return first, second, tl.where(counted, sums, 1).to(tl.float64), counted
+
+
+@triton.jit
+def _quotients_kernel(
+    g_ptr, sums_a_ptr, offset_a_ptr, sums_b_ptr, offset_b_ptr, least_a_ptr, least_b_ptr,
+    M, N, stride_gm, stride_gn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    pid_m, pid_n = tl.program_id(0), tl.program_id(1)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask_m, mask_n = offs_m < M, offs_n < N
+    # G's integers are below 2^53 (K·127² with K ≤ 2^22), so exact as float64.
+    g = tl.load(g_ptr + offs_m[:, None].to(tl.int64) * stride_gm + offs_n[None, :].to(tl.int64) * stride_gn,
+                mask=mask_m[:, None] & mask_n[None, :], other=0).to(tl.float64)
+    # ozaki.accuracy._least_quotients: ldexp(G, offset) / U, inf where U = 0, per line of the other side.
+    first, second, divisor, counted = _line_quotient_factors(sums_b_ptr, offset_b_ptr, offs_n, mask_n)
+    quotient = tl.where(counted[None, :], g * first[None, :] * second[None, :] / divisor[None, :], float("inf"))
+    tl.store(least_a_ptr + pid_n.to(tl.int64) * M + offs_m, tl.min(quotient, axis=1), mask=mask_m)
+    first, second, divisor, counted = _line_quotient_factors(sums_a_ptr, offset_a_ptr, offs_m, mask_m)
+    quotient = tl.where(counted[:, None], g * first[:, None] * second[:, None] / divisor[:, None], float("inf"))
+    tl.store(least_b_ptr + pid_m.to(tl.int64) * N + offs_n, tl.min(quotient, axis=0), mask=mask_n)
+
+
+def least_quotients_kernel(g: torch.Tensor, sums_a: torch.Tensor, offset_a: torch.Tensor, sums_b: torch.Tensor,
+                           offset_b: torch.Tensor, *, block: tuple[int, int] = QUOTIENTS_BLOCK,
+                           num_warps: int = QUOTIENTS_WARPS) -> tuple[torch.Tensor, torch.Tensor]:
+    """From G ``[M, N]`` (int32 or int64 integers below 2^53, any strides) and per line of
+    each side its U (int64) and offset (int64, small: the scaling 2^offset of G is exact):
+    per row i of A the minimum over columns j with U^B_j > 0 of G_ij·2^offset_b_j / U^B_j and
+    per column j the minimum over rows i with U^A_i > 0 of G_ij·2^offset_a_i / U^A_i, float64,
+    inf where no line counts; in one pass over G.  ``block`` and ``num_warps`` change the
+    speed, never the result."""
+    if not isinstance(g, torch.Tensor) or g.dtype not in (torch.int32, torch.int64) or g.dim() != 2:
+        raise TypeError(f"g must be a 2-D int32 or int64 tensor, got {getattr(g, 'dtype', type(g).__name__)} "
+                        f"{tuple(getattr(g, 'shape', ()))}")
+    (m, n), device = g.shape, g.device
+    for name, line, size in (("sums_a", sums_a, m), ("offset_a", offset_a, m), ("sums_b", sums_b, n),
+                             ("offset_b", offset_b, n)):
+        if line.shape != (size,) or line.dtype != torch.int64 or line.device != device:
+            raise ValueError(f"{name} must be int64 of shape ({size},) on {device}, got {line.dtype} "
+                             f"{tuple(line.shape)} on {line.device}")
+    if len(block) != 2 or any(b < 1 or b & (b - 1) for b in block):
+        raise ValueError(f"block must be two powers of two (BLOCK_M, BLOCK_N), got {block}")
+    if max(m, n) >= 2**31 - max(block):
+        raise ValueError(f"g has shape {(m, n)}: M and N must stay below 2**31 (int32 offsets in a tile)")
+    if m == 0 or n == 0:
+        return torch.full((m,), torch.inf, dtype=torch.float64, device=device), torch.full(
+            (n,), torch.inf, dtype=torch.float64, device=device)
+    grid = (triton.cdiv(m, block[0]), triton.cdiv(n, block[1]))
+    if grid[1] > _MAX_CHUNKS:
+        raise ValueError(f"{grid[1]} column blocks pass CUDA's grid limit {_MAX_CHUNKS}: use wider blocks")
+    # Per tile its minima; the minimum over tiles (amin) does not depend on their order.
+    least_a = torch.empty((grid[1], m), dtype=torch.float64, device=device)
+    least_b = torch.empty((grid[0], n), dtype=torch.float64, device=device)
+    _quotients_kernel[grid](
+        g, sums_a, offset_a, sums_b, offset_b, least_a, least_b, m, n, g.stride(0), g.stride(1),
+        BLOCK_M=block[0], BLOCK_N=block[1], num_warps=num_warps,
+    )
+    return least_a.amin(dim=0), least_b.amin(dim=0)
+
+
+# Plain references, from the definitions, in Python integers and floats (small inputs) ------
+
+
+def _rows(x: torch.Tensor, scale: torch.Tensor) -> list[tuple[list[float], int]]:
+    return list(zip(x.detach().cpu().tolist(), scale.cpu().tolist()))
+
+
+def _padded_codes(codes: list[list[int]], padded: tuple[int, int], device: torch.device) -> torch.Tensor:
+    out = torch.zeros(padded, dtype=torch.int8)
+    if codes and codes[0]:
+        out[: len(codes), : len(codes[0])] = torch.tensor(codes, dtype=torch.int8)
+    return out.to(device)
+
+
+def reference_upper_reading(x: torch.Tensor, top: torch.Tensor, levels: int, padded: tuple[int, int]) -> UpperReading:
+    """What :func:`upper_reading_kernel` computes, entry by entry: U = Σ 2^max(W − (t − e), 0)
+    over non-zero entries (e from frexp), the exact ⌈|x|·2^(D_U − t)⌉ (at least 1) of each
+    non-zero entry, zero elsewhere, and the codes' row sums."""
+    sums, codes = [], []
+    for row, t in _rows(x, top):
+        sums.append(sum(1 << max(levels - (t - math.frexp(v)[1]), 0) for v in row if v != 0))
+        codes.append([max(math.ceil(Fraction(abs(v)) * Fraction(2) ** (UPPER_LEVELS - t)), 1) if v != 0 else 0
+                      for v in row])
+    return UpperReading(torch.tensor(sums, dtype=torch.int64, device=x.device), _padded_codes(codes, padded, x.device),
+                        torch.tensor([sum(row) for row in codes], dtype=torch.int64, device=x.device))
+
+
+def reference_lower_codes(x: torch.Tensor, window_top: torch.Tensor, padded: tuple[int, int]) -> torch.Tensor:
+    """What :func:`lower_codes_kernel` computes, entry by entry: min(⌊|x|·2^(D − r)⌋, 127) exactly."""
+    codes = [[min(math.floor(Fraction(abs(v)) * Fraction(2) ** (CODE_LEVELS - r)), CODE_MAX) for v in row]
+             for row, r in _rows(x, window_top)]
+    return _padded_codes(codes, padded, x.device)
+
+
+def reference_least_quotients(g: torch.Tensor, sums_a: torch.Tensor, offset_a: torch.Tensor, sums_b: torch.Tensor,
+                              offset_b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """What :func:`least_quotients_kernel` computes, entry by entry: G_ij·2^offset (math.ldexp,
+    exact here) divided by U in one correctly rounded float division, minimised per line."""
+    rows = g.cpu().tolist()
+    u_a, o_a, u_b, o_b = (line.cpu().tolist() for line in (sums_a, offset_a, sums_b, offset_b))
+    least_a = [min((math.ldexp(row[j], o_b[j]) / u_b[j] for j in range(len(u_b)) if u_b[j] > 0), default=math.inf)
+               for row in rows]
+    least_b = [min((math.ldexp(rows[i][j], o_a[i]) / u_a[i] for i in range(len(u_a)) if u_a[i] > 0),
+                   default=math.inf) for j in range(len(u_b))]
+    return (torch.tensor(least_a, dtype=torch.float64, device=g.device),
+            torch.tensor(least_b, dtype=torch.float64, device=g.device))
+
+
+def compile_ptx(capability: int = 90, kernel: str = "upper", operand: str = "a", aligned: bool = True) -> str:
+    """PTX of one pass on ``sm_<capability>``, compiled without a GPU: ``kernel`` "upper" or
+    "lower" (the operand passes, for ``operand`` "a", K contiguous, or "b", Bᵀ with rows
+    contiguous) or "quotients" (over a row-major int32 G).  ``aligned`` specializes as the
+    launch does for 16-byte aligned data with sizes and strides multiples of 16 (n = 16384),
+    where the unit-stride axis is read in vector loads.  Needs a process without
+    ``TRITON_INTERPRET=1`` (see :func:`kernels.ptx.compile_kernel`)."""
+    if kernel == "quotients":
+        pointers = {"g_ptr": "*i32", "sums_a_ptr": "*i64", "offset_a_ptr": "*i64", "sums_b_ptr": "*i64",
+                    "offset_b_ptr": "*i64", "least_a_ptr": "*fp64", "least_b_ptr": "*fp64"}
+        constexprs = {"BLOCK_M": QUOTIENTS_BLOCK[0], "BLOCK_N": QUOTIENTS_BLOCK[1], "stride_gn": 1}
+        fn, sizes, warps = _quotients_kernel, ["M", "N", "stride_gm"], QUOTIENTS_WARPS
+    elif kernel in ("upper", "lower"):
+        unit, other = {"a": ("stride_xk", "stride_xr"), "b": ("stride_xr", "stride_xk")}.get(operand, (None, None))
+        if unit is None:
+            raise ValueError(f"operand must be 'a' or 'b', got {operand!r}")
+        pointers = {"x_ptr": "*fp64", "top_ptr": "*i64", "codes_ptr": "*i8"}
+        constexprs = {"BLOCK_K": CODES_BLOCK[0], "BLOCK_R": CODES_BLOCK[1], "UPPER": kernel == "upper", unit: 1}
+        if kernel == "upper":
+            pointers.update(sums_ptr="*i64", code_sums_ptr="*i64")
+        else:  # as lower_codes_kernel launches it: no sums
+            constexprs.update(sums_ptr=None, code_sums_ptr=None)
+        fn, sizes, warps = _codes_kernel, ["rows", "K", "rows_out", "k_out", other, "stride_cr", "k_chunk"], CODES_WARPS
+    else:
+        raise ValueError(f"kernel must be 'upper', 'lower' or 'quotients', got {kernel!r}")
+    signature = {name: pointers.get(name, "i32") for name in fn.arg_names}
+    signature.update({name: "constexpr" for name in constexprs})
+    divisible = [*pointers, *sizes] if aligned else []
+    return ptx.compile_ptx(fn, signature, constexprs, divisible=divisible, capability=capability, num_warps=warps)

@@ -1,0 +1,308 @@
+"""The "fp64" rule's Triton passes (kernels.accuracy) give their plain references and the torch
+path of ``ozaki.accuracy`` bit for bit: the upper reading (U, upper codes, their row sums), the
+lower codes and the least quotients, on every kind of row, through any strides and any config;
+and the whole "fp64" plan, so every result bit, is the torch path's with the kernels on."""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_pipeline import fused_path  # noqa: F401  (a fixture)
+
+import kernels.accuracy
+import ozaki
+import ozaki.catalog
+from kernels.scaling import reference_row_extents
+from kernels.accuracy import (least_quotients_kernel, lower_codes_kernel, reference_least_quotients,
+                              reference_lower_codes, reference_upper_reading, upper_reading_kernel)
+from ozaki import accuracy, planning
+from ozaki.agreement import Agreement
+from ozaki.scaling import row_extents
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+pytestmark = pytest.mark.gpu
+TINY = 5e-324
+
+
+def _family(rng: np.random.Generator, shape, kind: str) -> np.ndarray:
+    rows, k = shape
+    if kind in ("phi0.5", "phi4"):  # (rand − 0.5)·exp(phi·randn)
+        return (rng.random(shape) - 0.5) * np.exp(float(kind[3:]) * rng.standard_normal(shape))
+    if kind == "zeros":  # ±0 among the entries, rows of +0, of -0 and of both
+        x = rng.standard_normal(shape)
+        x[rng.random(shape) < 0.4] = 0.0
+        x[rng.random(shape) < 0.3] = -0.0
+        x[0], x[-1] = 0.0, -0.0
+        x[rows // 2, ::2] = -0.0
+        return x
+    if kind == "subnormal":  # subnormals of every width beside the smallest normals
+        x = rng.integers(-(2**52), 2**52, shape) * TINY
+        x[::2, ::3] = 2.0**-1022
+        x[-1] = rng.integers(-8, 8, k) * TINY
+        return x
+    if kind == "extremes":  # near 2^1000 and 2^-1000, in one row and in rows of their own
+        x = rng.standard_normal(shape) * 2.0 ** rng.choice([1000, -1000, 1015, -1040], shape)
+        x[0] = rng.standard_normal(k) * 2.0**1000
+        x[-1] = rng.standard_normal(k) * 2.0**-1000
+        return x
+    if kind == "single":  # one non-zero per row, anywhere (the last column included)
+        x = np.zeros(shape)
+        x[np.arange(rows), rng.integers(0, k, rows)] = rng.choice([TINY, -1.0, 3.0 * 2.0**-1060, -2.0**1000, 0.375],
+                                                                  rows)
+        x[-1, -1] = -0.75
+        return x
+    raise ValueError(kind)
+
+
+def _layout(x: np.ndarray, layout: str) -> torch.Tensor:
+    """x as the passes read it: A (K contiguous), Bᵀ (a view of B: rows contiguous), or neither."""
+    t = torch.tensor(x, dtype=torch.float64, device=DEVICE).reshape(x.shape)
+    if layout == "rows":
+        return t
+    if layout == "columns":
+        view = torch.empty((x.shape[1], x.shape[0]), dtype=torch.float64, device=DEVICE).T.copy_(t)
+        assert view.stride(0) == 1 or x.shape[0] <= 1
+        return view
+    big = torch.zeros((2 * x.shape[0], 3 * x.shape[1]), dtype=torch.float64, device=DEVICE)
+    big[::2, ::3] = t
+    return big[::2, ::3]
+
+
+def _read(x: torch.Tensor):
+    """The arguments the rule passes: each row's top, W for this K, the GEMM's padded shape
+    (CUDA's, the larger: padding rows and K)."""
+    k = x.shape[1]
+    levels = min(accuracy._SUM_LEVELS, 52 - k.bit_length())
+    rows, pad_k, _ = accuracy._gemm_shape(x.shape[0], k, 1, torch.device("cuda"))
+    return accuracy._tops(row_extents(x.contiguous())), levels, (rows, pad_k)
+
+
+def _bits(x: torch.Tensor) -> torch.Tensor:
+    return x.view(torch.int64)
+
+
+def _same_reading(got, want) -> bool:
+    return all(g.dtype == w.dtype and torch.equal(g, w) for g, w in zip(got, want))
+
+
+FAMILIES = ["phi0.5", "phi4", "zeros", "subnormal", "extremes", "single"]
+# Ragged against the default tile (32 x 64) and the small ones below; K = 1; one row.
+SHAPES = [(37, 150), (1, 1), (5, 1), (1, 70), (19, 33)]
+CONFIGS = {"default": {}, "one-chunk": {"chunks": 1}, "small-tiles": {"block": (8, 4), "chunks": 3},
+           "one-entry-tiles": {"block": (1, 1), "chunks": 5}}
+
+
+@pytest.mark.parametrize("layout", ["rows", "columns", "strided"])
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("kind", FAMILIES)
+def test_operand_passes_equal_the_torch_path(kind, shape, layout):
+    rng = np.random.default_rng(zlib.crc32(f"{kind}-{shape}-{layout}".encode()))
+    x = _layout(_family(rng, shape, kind), layout)
+    top, levels, padded = _read(x)
+    got = upper_reading_kernel(x, top, levels, padded)
+    assert _same_reading(got, reference_upper_reading(x, top, levels, padded))
+    assert _same_reading(got, accuracy._upper_reading(x, top, levels, padded, kernels=False))
+    # The rule's own window tops, from the sums just read.
+    window = accuracy._window_tops(top, got.sums, shape[1], levels)
+    codes = lower_codes_kernel(x, window, padded)
+    assert torch.equal(codes, reference_lower_codes(x, window, padded))
+    assert torch.equal(codes, accuracy._lower_codes(x, window, padded, kernels=False))
+
+
+@pytest.mark.parametrize("config", sorted(CONFIGS))
+@pytest.mark.parametrize("layout", ["rows", "columns"])
+def test_any_config_gives_the_same_codes_and_sums(config, layout):
+    # Integer sums and per-entry codes: tiles, chunks of K and the order of the atomics are free.
+    rng = np.random.default_rng(zlib.crc32(f"{config}-{layout}".encode()))
+    x = _layout(np.concatenate([_family(rng, (2, 21), kind) for kind in FAMILIES]), layout)
+    top, levels, padded = _read(x)
+    got = upper_reading_kernel(x, top, levels, padded, **CONFIGS[config])
+    assert _same_reading(got, reference_upper_reading(x, top, levels, padded))
+    window = top - 9
+    assert torch.equal(lower_codes_kernel(x, window, padded, **CONFIGS[config]),
+                       reference_lower_codes(x, window, padded))
+
+
+@settings(max_examples=30, deadline=None)
+@given(rows=st.integers(1, 4), k=st.integers(1, 24), data=st.data(), columns=st.booleans(),
+       shift=st.integers(-60, 0))
+def test_operand_passes_equal_the_torch_path_on_any_finite_rows(rows, k, data, columns, shift):
+    values = data.draw(st.lists(st.floats(allow_nan=False, allow_infinity=False), min_size=rows * k,
+                                max_size=rows * k))
+    x = _layout(np.array(values).reshape(rows, k), "columns" if columns else "rows")
+    top, levels, padded = _read(x)
+    got = upper_reading_kernel(x, top, levels, padded)
+    assert _same_reading(got, accuracy._upper_reading(x, top, levels, padded, kernels=False))
+    # Any window at or below the top, down to where every code is 127 or 0.
+    window = top + shift
+    assert torch.equal(lower_codes_kernel(x, window, padded), accuracy._lower_codes(x, window, padded, kernels=False))
+
+
+def _quotient_inputs(seed: int, m: int, n: int, dtype: torch.dtype):
+    """G, U and offsets as the rule makes them, with lines of U = 0 and zero entries of G."""
+    gen = torch.Generator().manual_seed(seed)
+    g = torch.randint(0, 127**2 * 40, (m, n), generator=gen, dtype=torch.int64)
+    g[torch.rand((m, n), generator=gen) < 0.3] = 0
+    sums = [torch.randint(0, 2**45, (size,), generator=gen) for size in (m, n)]
+    for line in sums:
+        line[torch.rand(line.shape, generator=gen) < 0.25] = 0
+    offsets = [-torch.randint(0, 60, (size,), generator=gen) for size in (m, n)]
+    return g.to(dtype).to(DEVICE), *(t.to(DEVICE) for t in (sums[0], offsets[0], sums[1], offsets[1]))
+
+
+def _same_least(got, want) -> bool:
+    return all(g.dtype == torch.float64 and torch.equal(_bits(g), _bits(w)) for g, w in zip(got, want))
+
+
+def _torch_least(g, sums_a, offset_a, sums_b, offset_b):
+    return (accuracy._least_quotients(g, sums_b, offset_b, dim=1),
+            accuracy._least_quotients(g, sums_a, offset_a, dim=0))
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize(("m", "n", "block"), [(37, 70, None), (1, 1, None), (1, 9, None), (9, 1, None),
+                                               (13, 11, (4, 2)), (6, 5, (1, 1))])
+def test_least_quotients_equal_the_torch_path(dtype, m, n, block):
+    inputs = _quotient_inputs(m * n, m, n, dtype)
+    got = least_quotients_kernel(*inputs, **({} if block is None else {"block": block}))
+    assert _same_least(got, reference_least_quotients(*inputs))
+    assert _same_least(got, _torch_least(*inputs))
+
+
+def test_least_quotients_read_g_through_its_strides():
+    # The GEMM's padded result, cut to the product's lines: a view, not a copy.
+    g, *lines = _quotient_inputs(5, 21, 16, torch.int32)
+    padded = torch.zeros((24, 24), dtype=torch.int32, device=DEVICE)
+    padded[:21, :16] = g
+    for view in (padded[:21, :16], g.T.contiguous().T):
+        assert _same_least(least_quotients_kernel(view, *lines), _torch_least(g, *lines))
+
+
+@settings(max_examples=30, deadline=None)
+@given(m=st.integers(0, 6), n=st.integers(0, 6), data=st.data())
+def test_least_quotients_equal_the_torch_path_on_any_lines(m, n, data):
+    g = torch.tensor(data.draw(st.lists(st.integers(0, 2**31 - 1), min_size=m * n, max_size=m * n)),
+                     dtype=torch.int32).reshape(m, n)
+    sums_a, sums_b = (torch.tensor(data.draw(st.lists(st.integers(0, 2**52), min_size=size, max_size=size)),
+                                   dtype=torch.int64) for size in (m, n))
+    offset_a, offset_b = (torch.tensor(data.draw(st.lists(st.integers(-80, 0), min_size=size, max_size=size)),
+                                       dtype=torch.int64) for size in (m, n))
+    inputs = [t.to(DEVICE) for t in (g, sums_a, offset_a, sums_b, offset_b)]
+    assert _same_least(least_quotients_kernel(*inputs), _torch_least(*inputs))
+
+
+@pytest.mark.parametrize(
+    "call, error, message",
+    [
+        (lambda x, top: upper_reading_kernel(x.float(), top, 30, (2, 8)), TypeError, "float64"),
+        (lambda x, top: upper_reading_kernel(x[0], top, 30, (2, 8)), ValueError, r"\[rows, K\]"),
+        (lambda x, top: upper_reading_kernel(x, top.int(), 30, (2, 8)), ValueError, "int64"),
+        (lambda x, top: upper_reading_kernel(x, top, 63, (2, 8)), ValueError, "levels"),
+        (lambda x, top: upper_reading_kernel(x, top, 30, (1, 8)), ValueError, "must hold"),
+        (lambda x, top: lower_codes_kernel(x, top, (2, 8), block=(3, 4)), ValueError, "powers of two"),
+        (lambda x, top: lower_codes_kernel(x, top, (2, 8), chunks=0), ValueError, "at least 1"),
+        (lambda x, top: lower_codes_kernel(x, top, (2, 2**31)), ValueError, "below 2\\*\\*31"),
+        (lambda x, top: least_quotients_kernel(x, top, top, top, top), TypeError, "int32 or int64"),
+        (lambda x, top: least_quotients_kernel(x.int(), top, top, top[:1], top), ValueError, "sums_b"),
+    ],
+)
+def test_bad_calls_raise(call, error, message):
+    x = torch.ones((2, 2), dtype=torch.float64)
+    with pytest.raises(error, match=message):
+        call(x, torch.ones(2, dtype=torch.int64))
+
+
+# The rule's statistics with the kernels on ------------------------------------------------
+
+
+class _Recorded(Agreement):
+    """One device's agreement on a product whose whole K is ``k`` (a K-split rank's view),
+    recording what each reduction receives."""
+
+    def __init__(self, k: int | None = None):
+        self.k, self.calls = k, []
+
+    def whole_shape(self, m, k, n):
+        return m, k if self.k is None else self.k, n
+
+    def sum_over_k(self, partial, bound):
+        self.calls.append(("sum_over_k", partial.dtype, tuple(partial.shape), bound))
+        return partial
+
+    def min_over_rows(self, values):
+        self.calls.append(("min_over_rows", values.dtype, tuple(values.shape)))
+        return values
+
+    def min_over_columns(self, values):
+        self.calls.append(("min_over_columns", values.dtype, tuple(values.shape)))
+        return values
+
+
+@pytest.mark.parametrize(("m", "k", "n", "whole_k"), [
+    (9, 45, 7, None), (1, 1, 1, None), (0, 12, 5, None), (6, 12, 0, None), (4, 0, 3, 20), (5, 9, 4, 2**18),
+])  # fmt: skip
+def test_statistics_and_what_the_agreement_receives_are_the_torch_paths(m, k, n, whole_k):
+    # Empty sides (a mesh rank may hold no line, or no K) and a whole K past one int32 chunk.
+    rng = np.random.default_rng(m * k * n + 1)
+    a = _layout(_family(rng, (max(m, 1), max(k, 1)), "phi4")[:m, :k], "rows")
+    bt = _layout(_family(rng, (max(n, 1), max(k, 1)), "zeros")[:n, :k], "columns")
+    results = []
+    for kernels_on in (False, True):
+        agreement = _Recorded(whole_k)
+        extents_a, extents_b = reference_row_extents(a), reference_row_extents(bt)
+        level_a, level_b, bound = accuracy.fp64_statistics(a, bt, extents_a, extents_b, agreement, kernels=kernels_on)
+        results.append((level_a, level_b, bound, agreement.calls))
+    (want_a, want_b, want_bound, want_calls), (got_a, got_b, got_bound, got_calls) = results
+    assert torch.equal(got_a, want_a) and torch.equal(got_b, want_b) and got_bound == want_bound
+    assert got_calls == want_calls
+
+
+def _pair(seed: int, m: int, k: int, n: int, phi: float) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    a = (rng.random((m, k)) - 0.5) * np.exp(phi * rng.standard_normal((m, k)))
+    b = (rng.random((k, n)) - 0.5) * np.exp(phi * rng.standard_normal((k, n)))
+    a[1], b[:, 1] = 0.0, -0.0  # an all-zero row of A, an all-zero column of B
+    a[2] *= 2.0**-1040  # a row of subnormals
+    b[:, 2] *= 2.0**900
+    a[3, :] = 0.0
+    a[3, k - 1] = 0.375  # a row with a single entry, in the last column
+    return a, b
+
+
+def _plan_bits(plan):
+    return [tuple(t.cpu() for t in row[2:]) for row in plan.rows]
+
+
+@pytest.mark.parametrize(("phi", "shape"), [(0.5, (7, 45, 6)), (4.0, (6, 33, 9)), (4.0, (5, 1, 5))])
+def test_fp64_plan_and_product_keep_the_torch_bits(fused_path, monkeypatch, phi, shape):  # noqa: F811
+    if not ozaki.catalog.plans_for("int8"):
+        pytest.skip("the catalog has no int8 plan")
+    m, k, n = shape
+    a, b = _pair(m * k * n, m, k, n, phi)
+    if k == 1:
+        a[3, 0] = 0.375
+    with monkeypatch.context() as torch_only:
+        torch_only.setattr(planning, "kernels_available", lambda device: False)
+        want_plan = planning.plan_product(torch.from_numpy(a), torch.from_numpy(b), "fp64", "int8")
+        want = ozaki.matmul(a, b, engine="int8")
+    passes = []
+    for name in ("upper_reading_kernel", "lower_codes_kernel", "least_quotients_kernel"):
+        original = getattr(kernels.accuracy, name)
+        monkeypatch.setattr(kernels.accuracy, name,
+                            lambda *args, _name=name, _original=original, **options:
+                            passes.append(_name) or _original(*args, **options))
+    got = fused_path(a, b, engine="int8")
+    # Two operand passes each and one over the code product: the kernel path ran.
+    assert sorted(passes) == sorted(["upper_reading_kernel"] * 2 + ["lower_codes_kernel"] * 2
+                                    + ["least_quotients_kernel"])
+    ta, tb = (torch.from_numpy(x).to(DEVICE) for x in (a, b))
+    got_plan = planning.plan_product(ta, tb, "fp64", "int8")
+    assert got_plan == want_plan  # the moduli, p, q, guard and error bound
+    for got_rows, want_rows in zip(_plan_bits(got_plan), _plan_bits(want_plan)):
+        assert all(torch.equal(g, w) for g, w in zip(got_rows, want_rows))
+    assert np.array_equal(got.view(np.uint64), want.view(np.uint64))

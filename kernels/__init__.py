@@ -1,7 +1,7 @@
 """kernels: the Triton layer of ozaki.
 
-One module per pipeline stage, named as ozaki's (``scaling``, ``residues``, ``products``,
-``crt``), each holding its kernel, launcher, configurations and the plain reference it is
+One module per pipeline stage, named as ozaki's (``scaling``, ``accuracy``, ``residues``,
+``products``, ``crt``), each holding its kernel, launcher, configurations and the plain reference it is
 tested against; the chained-MMA sums (``tc_sum``); the autotuner; compilation to PTX
 without a GPU (``ptx``); and the bitwise checker (``kernels.check``, the ``ozaki-check``
 tool).  Import what you need from the module that holds it: the package itself loads

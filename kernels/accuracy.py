@@ -37,7 +37,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels import ptx
+from kernels import ptx, scaling
 from kernels.float64 import EXPONENT_BIAS, FRACTION_BITS, MAGNITUDE_MASK, MAX_EXPONENT, MIN_NORMAL_EXPONENT, ULP_BIAS
 
 __all__ = ["CODES_BLOCK", "CODES_WARPS", "CODE_LEVELS", "CODE_MAX", "QUOTIENTS_BLOCK", "QUOTIENTS_WARPS",
@@ -68,14 +68,10 @@ class UpperReading(NamedTuple):
 CODES_BLOCK = (32, 64)
 CODES_WARPS = 4
 # Rows x columns of G per program of the quotient pass: each program writes its tile's
-# minima per row and per column, which torch's amin finishes over the tiles.
+# minima per row and per column, which torch's amin finishes over the tiles.  16 entries per
+# thread keep G and both sides' quotients in registers.
 QUOTIENTS_BLOCK = (64, 64)
 QUOTIENTS_WARPS = 8
-# Enough programs to keep every SM of an H200 (132) streaming: K is split over programs until
-# the grid holds about this many (or each holds one tile of K); CUDA's limit on the grid's
-# second axis, over which K is split.
-_TARGET_PROGRAMS = 4096
-_MAX_CHUNKS = 65535
 # U's terms are 1 << max(W − d, 0) in int64, d ≥ 0: W up to 62 keeps every term a power of
 # two below 2^63 (the caller keeps W small enough for the sum, ozaki.accuracy).
 _MAX_SUM_LEVELS = 62
@@ -166,31 +162,20 @@ def _check_operand(x: torch.Tensor, scale: torch.Tensor, padded: tuple[int, int]
                          f"{scale.dtype} {tuple(scale.shape)} on {scale.device}")
     if len(padded) != 2 or padded[0] < x.shape[0] or padded[1] < x.shape[1]:
         raise ValueError(f"padded {tuple(padded)} must hold x's shape {tuple(x.shape)}")
-    if max(padded) >= 2**31 - max(CODES_BLOCK):
-        raise ValueError(f"padded {tuple(padded)}: rows and K must stay below 2**31 (int32 offsets in a tile)")
 
 
 def _launch_codes(x: torch.Tensor, scale: torch.Tensor, padded: tuple[int, int], levels: int,
                   sums: torch.Tensor | None, code_sums: torch.Tensor | None, block: tuple[int, int],
                   chunks: int | None, num_warps: int) -> torch.Tensor:
-    if len(block) != 2 or any(b < 1 or b & (b - 1) for b in block):
-        raise ValueError(f"block must be two powers of two (BLOCK_K, BLOCK_R), got {block}")
-    if chunks is not None and chunks < 1:
-        raise ValueError(f"chunks must be at least 1, got {chunks}")
+    # The grid covers the padded codes; the kernel reads x only within its shape.
+    launch = scaling.chunked_grid(*padded, block, chunks)
     codes = torch.empty(padded, dtype=torch.int8, device=x.device)
-    if codes.numel():
-        block_k, block_r = block
-        row_blocks, k_tiles = triton.cdiv(padded[0], block_r), triton.cdiv(padded[1], block_k)
-        if chunks is None:
-            chunks = triton.cdiv(_TARGET_PROGRAMS, row_blocks)
-        tiles_per_chunk = triton.cdiv(k_tiles, min(chunks, k_tiles))
-        grid = (row_blocks, triton.cdiv(k_tiles, tiles_per_chunk))
-        if grid[1] > _MAX_CHUNKS:
-            raise ValueError(f"{grid[1]} chunks of K pass CUDA's grid limit {_MAX_CHUNKS}: ask for fewer")
+    if launch is not None:
+        grid, k_chunk = launch
         _codes_kernel[grid](
             x, scale, codes, sums, code_sums, x.shape[0], x.shape[1], padded[0], padded[1], x.stride(0), x.stride(1),
-            codes.stride(0), levels, tiles_per_chunk * block_k,
-            UPPER=sums is not None, BLOCK_K=block_k, BLOCK_R=block_r, num_warps=num_warps,
+            codes.stride(0), levels, k_chunk,
+            UPPER=sums is not None, BLOCK_K=block[0], BLOCK_R=block[1], num_warps=num_warps,
         )
     return codes
 
@@ -282,8 +267,8 @@ def least_quotients_kernel(g: torch.Tensor, sums_a: torch.Tensor, offset_a: torc
         return torch.full((m,), torch.inf, dtype=torch.float64, device=device), torch.full(
             (n,), torch.inf, dtype=torch.float64, device=device)
     grid = (triton.cdiv(m, block[0]), triton.cdiv(n, block[1]))
-    if grid[1] > _MAX_CHUNKS:
-        raise ValueError(f"{grid[1]} column blocks pass CUDA's grid limit {_MAX_CHUNKS}: use wider blocks")
+    if grid[1] > scaling.MAX_GRID_Y:
+        raise ValueError(f"{grid[1]} column blocks pass CUDA's grid limit {scaling.MAX_GRID_Y}: use wider blocks")
     # Per tile its minima; the minimum over tiles (amin) does not depend on their order.
     least_a = torch.empty((grid[1], m), dtype=torch.float64, device=device)
     least_b = torch.empty((grid[0], n), dtype=torch.float64, device=device)

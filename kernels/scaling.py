@@ -27,8 +27,8 @@ import triton.language as tl
 from kernels import ptx
 from kernels.float64 import EXPONENT_BIAS, FRACTION_BITS, MAGNITUDE_MASK, ULP_BIAS
 
-__all__ = ["EXTENTS_BLOCK", "EXTENTS_WARPS", "NO_SET_BIT", "Extents", "compile_ptx", "reference_row_extents",
-           "row_extents_kernel"]
+__all__ = ["EXTENTS_BLOCK", "EXTENTS_WARPS", "MAX_GRID_Y", "NO_SET_BIT", "Extents", "chunked_grid", "compile_ptx",
+           "reference_row_extents", "row_extents_kernel"]
 
 # The lowest bit of an all-zero row: the identity of the min over its entries, above every
 # real lowest bit (≤ 1023), and int32's largest value, which is what the kernel stores.
@@ -57,8 +57,8 @@ EXTENTS_WARPS = 4
 # Enough programs to keep every SM of an H200 (132) streaming: K is split over programs
 # until the grid holds about this many (or each holds one tile of K).
 _TARGET_PROGRAMS = 4096
-# CUDA's limit on the grid's second axis, over which K is split.
-_MAX_CHUNKS = 65535
+# CUDA's limit on the grid's second axis (over which K is split).
+MAX_GRID_Y = 65535
 # A set bit 2**t of a significand, converted to float64, has exponent field bias + t; the
 # bit weighs 2**(t + max(E, 1) - ULP_BIAS) (kernels.float64).
 _WEIGHT_BIAS = tl.constexpr(EXPONENT_BIAS + ULP_BIAS)
@@ -116,29 +116,43 @@ def row_extents_kernel(x: torch.Tensor, *, block: tuple[int, int] = EXTENTS_BLOC
         raise TypeError(f"x must be a float64 tensor, got {getattr(x, 'dtype', type(x).__name__)}")
     if x.dim() != 2:
         raise ValueError(f"x has shape {tuple(x.shape)}: expected [rows, K]")
+    rows, k = x.shape
+    launch = chunked_grid(rows, k, block, chunks)
+    largest = torch.zeros(rows, dtype=torch.int64, device=x.device)
+    lowest = torch.full((rows,), NO_SET_BIT, dtype=torch.int32, device=x.device)
+    if launch is not None:
+        grid, k_chunk = launch
+        _extents_kernel[grid](
+            x, largest, lowest, rows, k, x.stride(0), x.stride(1), k_chunk,
+            BLOCK_K=block[0], BLOCK_R=block[1], num_warps=num_warps,
+        )
+    return Extents(row_max=largest.view(torch.float64), lowest_bit=lowest.to(torch.int64))
+
+
+def chunked_grid(rows: int, k: int, block: tuple[int, int],
+                 chunks: int | None) -> tuple[tuple[int, int], int] | None:
+    """The grid of a pass over a ``rows`` x ``k`` matrix in tiles of ``block`` (BLOCK_K,
+    BLOCK_R, powers of two) whose programs each take one block of rows and one chunk of K,
+    ``chunks`` per block of rows (default: enough to fill the GPU), and that chunk's length (a
+    multiple of BLOCK_K, so a tile never crosses chunks); None for an empty matrix (no launch).
+    Checks what the kernels assume: int32 offsets within a tile, CUDA's grid limit."""
     if len(block) != 2 or any(b < 1 or b & (b - 1) for b in block):
         raise ValueError(f"block must be two powers of two (BLOCK_K, BLOCK_R), got {block}")
     if chunks is not None and chunks < 1:
         raise ValueError(f"chunks must be at least 1, got {chunks}")
-    rows, k = x.shape
     if max(rows, k) >= 2**31 - max(block):
-        raise ValueError(f"x has shape {tuple(x.shape)}: rows and K must stay below 2**31 (int32 offsets in a tile)")
-    largest = torch.zeros(rows, dtype=torch.int64, device=x.device)
-    lowest = torch.full((rows,), NO_SET_BIT, dtype=torch.int32, device=x.device)
-    if x.numel():
-        block_k, block_r = block
-        row_blocks, k_tiles = triton.cdiv(rows, block_r), triton.cdiv(k, block_k)
-        if chunks is None:
-            chunks = triton.cdiv(_TARGET_PROGRAMS, row_blocks)
-        tiles_per_chunk = triton.cdiv(k_tiles, min(chunks, k_tiles))
-        grid = (row_blocks, triton.cdiv(k_tiles, tiles_per_chunk))
-        if grid[1] > _MAX_CHUNKS:
-            raise ValueError(f"{grid[1]} chunks of K pass CUDA's grid limit {_MAX_CHUNKS}: ask for fewer")
-        _extents_kernel[grid](
-            x, largest, lowest, rows, k, x.stride(0), x.stride(1), tiles_per_chunk * block_k,
-            BLOCK_K=block_k, BLOCK_R=block_r, num_warps=num_warps,
-        )
-    return Extents(row_max=largest.view(torch.float64), lowest_bit=lowest.to(torch.int64))
+        raise ValueError(f"a pass over {rows} x {k}: rows and K must stay below 2**31 (int32 offsets in a tile)")
+    if rows == 0 or k == 0:
+        return None
+    block_k, block_r = block
+    row_blocks, k_tiles = triton.cdiv(rows, block_r), triton.cdiv(k, block_k)
+    if chunks is None:
+        chunks = triton.cdiv(_TARGET_PROGRAMS, row_blocks)
+    tiles_per_chunk = triton.cdiv(k_tiles, min(chunks, k_tiles))
+    grid = (row_blocks, triton.cdiv(k_tiles, tiles_per_chunk))
+    if grid[1] > MAX_GRID_Y:
+        raise ValueError(f"{grid[1]} chunks of K pass CUDA's grid limit {MAX_GRID_Y}: ask for fewer")
+    return grid, tiles_per_chunk * block_k
 
 
 def reference_row_extents(x: torch.Tensor) -> Extents:

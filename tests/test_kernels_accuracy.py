@@ -12,65 +12,35 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_kernels_scaling import CONFIGS, SHAPES, _layout
+from test_kernels_scaling import _family as _extents_family
 from test_pipeline import fused_path  # noqa: F401  (a fixture)
 
 import kernels.accuracy
 import ozaki
 import ozaki.catalog
-from kernels.scaling import reference_row_extents
 from kernels.accuracy import (least_quotients_kernel, lower_codes_kernel, reference_least_quotients,
                               reference_lower_codes, reference_upper_reading, upper_reading_kernel)
+from kernels.scaling import reference_row_extents
 from ozaki import accuracy, planning
 from ozaki.agreement import Agreement
 from ozaki.scaling import row_extents
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 pytestmark = pytest.mark.gpu
-TINY = 5e-324
 
 
 def _family(rng: np.random.Generator, shape, kind: str) -> np.ndarray:
-    rows, k = shape
-    if kind in ("phi0.5", "phi4"):  # (rand − 0.5)·exp(phi·randn)
+    """The extents kernel's families, and the rule's own: phi matrices (rand − 0.5)·exp(phi·randn)
+    and entries near 2^±1000, in one row and in rows of their own."""
+    if kind in ("phi0.5", "phi4"):
         return (rng.random(shape) - 0.5) * np.exp(float(kind[3:]) * rng.standard_normal(shape))
-    if kind == "zeros":  # ±0 among the entries, rows of +0, of -0 and of both
-        x = rng.standard_normal(shape)
-        x[rng.random(shape) < 0.4] = 0.0
-        x[rng.random(shape) < 0.3] = -0.0
-        x[0], x[-1] = 0.0, -0.0
-        x[rows // 2, ::2] = -0.0
-        return x
-    if kind == "subnormal":  # subnormals of every width beside the smallest normals
-        x = rng.integers(-(2**52), 2**52, shape) * TINY
-        x[::2, ::3] = 2.0**-1022
-        x[-1] = rng.integers(-8, 8, k) * TINY
-        return x
-    if kind == "extremes":  # near 2^1000 and 2^-1000, in one row and in rows of their own
+    if kind == "near-1000":
         x = rng.standard_normal(shape) * 2.0 ** rng.choice([1000, -1000, 1015, -1040], shape)
-        x[0] = rng.standard_normal(k) * 2.0**1000
-        x[-1] = rng.standard_normal(k) * 2.0**-1000
+        x[0] = rng.standard_normal(shape[1]) * 2.0**1000
+        x[-1] = rng.standard_normal(shape[1]) * 2.0**-1000
         return x
-    if kind == "single":  # one non-zero per row, anywhere (the last column included)
-        x = np.zeros(shape)
-        x[np.arange(rows), rng.integers(0, k, rows)] = rng.choice([TINY, -1.0, 3.0 * 2.0**-1060, -2.0**1000, 0.375],
-                                                                  rows)
-        x[-1, -1] = -0.75
-        return x
-    raise ValueError(kind)
-
-
-def _layout(x: np.ndarray, layout: str) -> torch.Tensor:
-    """x as the passes read it: A (K contiguous), Bᵀ (a view of B: rows contiguous), or neither."""
-    t = torch.tensor(x, dtype=torch.float64, device=DEVICE).reshape(x.shape)
-    if layout == "rows":
-        return t
-    if layout == "columns":
-        view = torch.empty((x.shape[1], x.shape[0]), dtype=torch.float64, device=DEVICE).T.copy_(t)
-        assert view.stride(0) == 1 or x.shape[0] <= 1
-        return view
-    big = torch.zeros((2 * x.shape[0], 3 * x.shape[1]), dtype=torch.float64, device=DEVICE)
-    big[::2, ::3] = t
-    return big[::2, ::3]
+    return _extents_family(rng, shape, kind)
 
 
 def _read(x: torch.Tensor):
@@ -90,19 +60,15 @@ def _same_reading(got, want) -> bool:
     return all(g.dtype == w.dtype and torch.equal(g, w) for g, w in zip(got, want))
 
 
-FAMILIES = ["phi0.5", "phi4", "zeros", "subnormal", "extremes", "single"]
-# Ragged against the default tile (32 x 64) and the small ones below; K = 1; one row.
-SHAPES = [(37, 150), (1, 1), (5, 1), (1, 70), (19, 33)]
-CONFIGS = {"default": {}, "one-chunk": {"chunks": 1}, "small-tiles": {"block": (8, 4), "chunks": 3},
-           "one-entry-tiles": {"block": (1, 1), "chunks": 5}}
+FAMILIES = ["phi0.5", "phi4", "near-1000", "spread", "subnormal", "zeros", "single", "extremes", "integers"]
+# Every family in every shape (ragged against the tiles, K = 1, one row) and layout: A, Bᵀ, neither.
+OPERANDS = [(kind, shape, layout) for kind in FAMILIES for shape in SHAPES for layout in ("rows", "columns", "strided")]
 
 
-@pytest.mark.parametrize("layout", ["rows", "columns", "strided"])
-@pytest.mark.parametrize("shape", SHAPES, ids=str)
-@pytest.mark.parametrize("kind", FAMILIES)
-def test_operand_passes_equal_the_torch_path(kind, shape, layout):
-    rng = np.random.default_rng(zlib.crc32(f"{kind}-{shape}-{layout}".encode()))
-    x = _layout(_family(rng, shape, kind), layout)
+@pytest.mark.parametrize("case", OPERANDS, ids=str)
+def test_operand_passes_equal_the_torch_path(case):
+    kind, shape, layout = case
+    x = _layout(_family(np.random.default_rng(zlib.crc32(str(case).encode())), shape, kind), layout)
     top, levels, padded = _read(x)
     got = upper_reading_kernel(x, top, levels, padded)
     assert _same_reading(got, reference_upper_reading(x, top, levels, padded))
@@ -250,7 +216,7 @@ def test_statistics_and_what_the_agreement_receives_are_the_torch_paths(m, k, n,
     # Empty sides (a mesh rank may hold no line, or no K) and a whole K past one int32 chunk.
     rng = np.random.default_rng(m * k * n + 1)
     a = _layout(_family(rng, (max(m, 1), max(k, 1)), "phi4")[:m, :k], "rows")
-    bt = _layout(_family(rng, (max(n, 1), max(k, 1)), "zeros")[:n, :k], "columns")
+    bt = _layout(_family(rng, (max(n, 2), max(k, 1)), "zeros")[:n, :k], "columns")
     results = []
     for kernels_on in (False, True):
         agreement = _Recorded(whole_k)

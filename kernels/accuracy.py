@@ -38,7 +38,8 @@ import triton
 import triton.language as tl
 
 from kernels import ptx, scaling
-from kernels.float64 import EXPONENT_BIAS, FRACTION_BITS, MAGNITUDE_MASK, MAX_EXPONENT, MIN_NORMAL_EXPONENT, ULP_BIAS
+from kernels.crt import ldexp_factors
+from kernels.float64 import EXPONENT_BIAS, FRACTION_BITS, MAGNITUDE_MASK, ULP_BIAS
 
 __all__ = ["CODES_BLOCK", "CODES_WARPS", "CODE_LEVELS", "CODE_MAX", "QUOTIENTS_BLOCK", "QUOTIENTS_WARPS",
            "UPPER_CODE_MAX", "UPPER_LEVELS", "UpperReading", "compile_ptx", "least_quotients_kernel",
@@ -77,9 +78,6 @@ QUOTIENTS_WARPS = 8
 _MAX_SUM_LEVELS = 62
 _SIGN_MASK = tl.constexpr(MAGNITUDE_MASK)
 _FRACTION_BITS = tl.constexpr(FRACTION_BITS)
-_BIAS = tl.constexpr(EXPONENT_BIAS)
-_LOW = tl.constexpr(MIN_NORMAL_EXPONENT)
-_HIGH = tl.constexpr(MAX_EXPONENT)
 # frexp's exponent of a normal |x| with biased field E is E − (bias − 1); a subnormal's
 # pattern f is its significand in units of 2^(1 − ULP_BIAS) = 2^-1074, exact as a float64
 # whose field F gives bit_length(f) = F − (bias − 1), so its exponent is that plus 1 − ULP_BIAS.
@@ -88,20 +86,6 @@ _SUBNORMAL_SHIFT = tl.constexpr(ULP_BIAS - 1)
 _CODE_LEVELS = tl.constexpr(CODE_LEVELS)
 _CODE_MAX = tl.constexpr(float(CODE_MAX))
 _UPPER_LEVELS = tl.constexpr(UPPER_LEVELS)
-
-
-@triton.jit
-def _pow2(e):
-    # ozaki._bits.pow2: 2^e from its IEEE bits, e clamped to the normal exponents.
-    e = tl.minimum(tl.maximum(e, _LOW), _HIGH).to(tl.int64)
-    return ((e + _BIAS) << _FRACTION_BITS).to(tl.float64, bitcast=True)
-
-
-@triton.jit
-def _ldexp_factors(e):
-    # ozaki._bits.ldexp multiplies by these two powers of two, in this order.
-    first = tl.minimum(tl.maximum(e, _LOW), _HIGH)
-    return _pow2(first), _pow2(e - first)
 
 
 @triton.jit
@@ -117,9 +101,9 @@ def _codes_kernel(
     # holding only zeros, gets zero codes whatever its scale.
     top = tl.load(top_ptr + offs_r, mask=row_mask, other=0)
     if UPPER:
-        scale_first, scale_second = _ldexp_factors(_UPPER_LEVELS - top)
+        scale_first, scale_second = ldexp_factors(_UPPER_LEVELS - top)
     else:
-        scale_first, scale_second = _ldexp_factors(_CODE_LEVELS - top)
+        scale_first, scale_second = ldexp_factors(_CODE_LEVELS - top)
     k_start = tl.program_id(1) * k_chunk
     k_stop = tl.minimum(k_start + k_chunk, k_out)
     # Elementwise running sums over this program's K chunk, reduced across the tile once.
@@ -214,7 +198,7 @@ def _line_quotient_factors(sums_ptr, offset_ptr, offs, mask):
     # Per line of one side: the two factors of 2^offset, the divisor U (1 where U = 0, whose
     # quotients are replaced) and whether U > 0.  A line past the matrix counts as U = 0.
     sums = tl.load(sums_ptr + offs, mask=mask, other=0)
-    first, second = _ldexp_factors(tl.load(offset_ptr + offs, mask=mask, other=0))
+    first, second = ldexp_factors(tl.load(offset_ptr + offs, mask=mask, other=0))
     counted = sums > 0
     return first, second, tl.where(counted, sums, 1).to(tl.float64), counted
 

@@ -58,7 +58,8 @@ from kernels import ptx
 from kernels.float64 import FLOAT64_EXACT, round_dyadic
 from kernels.moduli import check_modulus
 
-__all__ = ["DECODE_BLOCK", "DECODE_WARPS", "HALF_MODULUS_ERROR", "compile_ptx", "decode_residues", "reference_decode"]
+__all__ = ["DECODE_BLOCK", "DECODE_WARPS", "HALF_MODULUS_ERROR", "compile_ptx", "decode_residues", "ldexp_factors",
+           "reference_decode"]
 
 # Here, below both decoders (this kernel and ozaki.crt's staged path), so that they refuse
 # the class of M/2 for even M with one message.
@@ -91,8 +92,17 @@ def _row(tile, index, j):
 @triton.jit
 def _pow2(e):
     # 2**e for e in [-1022, 1023] from its bit pattern (clamped outside), exact.
-    e = tl.minimum(tl.maximum(e, -1022), 1023)
+    e = tl.minimum(tl.maximum(e, -1022), 1023).to(tl.int64)
     return ((e + 1023) << 52).to(tl.float64, bitcast=True)
+
+
+@triton.jit
+def ldexp_factors(e):
+    """The two powers of two whose product with x is x * 2**e rounded once (ozaki._bits.ldexp,
+    which multiplies by them in this order): the first exact over the normal exponents, the
+    second taking the rest into the subnormal range or to overflow."""
+    first = tl.minimum(tl.maximum(e, -1022), 1023)
+    return _pow2(first), _pow2(e - first)
 
 
 @triton.jit
@@ -149,8 +159,8 @@ def _round(limbs, offs_l, exponent, LIMB: tl.constexpr):
     )
     kept = kept + ((half_bit == 1) & (sticky | ((kept & 1) == 1))).to(tl.int64)
     scale = base + drop + exponent
-    first = tl.minimum(tl.maximum(scale, -1022), 1023)
-    return kept.to(tl.float64) * _pow2(first) * _pow2(scale - first)
+    first, second = ldexp_factors(scale)
+    return kept.to(tl.float64) * first * second
 
 
 @triton.jit

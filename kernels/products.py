@@ -353,8 +353,12 @@ def config_refusal(operand: str, config: PlaneGemmConfig, max_product: int, *, p
         chunk = plan_chunk(operand, config, max_product)
     except ValueError as error:
         return str(error)
-    if not config.gluon:
-        return None
+    return _gluon_refusal(operand, planes, k, chunk, device) if config.gluon else None
+
+
+def _gluon_refusal(operand: str, planes: Sequence[int] | None, k: int | None, chunk: int,
+                   device: torch.device | str | None) -> str | None:
+    # What the Gluon kernel covers (kernels.wgmma_products), judged on what is given.
     if operand != "int8":
         return f"the gluon kernel multiplies int8 planes, not {operand}"
     if planes is not None and any(count != 1 for count in planes):
@@ -664,11 +668,10 @@ def _launch(a_op: torch.Tensor, b_op: torch.Tensor, coefficients: tuple[int, ...
     table = _scalar_table(coefficients, plane_start, moduli, device)
     n_planes = len(coefficients)
     if config.gluon:
-        if operand != "int8" or not single_flush or not wgmma_products.supports(device):
-            raise ValueError(
-                f"{config}: the gluon kernel runs int8 planes, one plane per modulus in one K chunk, on sm_90; this "
-                f"launch has operand {operand}, plane counts {[e - s for s, e in zip(plane_start, plane_start[1:])]}, "
-                f"{n_k_blocks} K blocks in chunks of {chunk_blocks}, device {device}: use a config with gluon=False")
+        refusal = _gluon_refusal(operand, [e - s for s, e in zip(plane_start, plane_start[1:])],
+                                 n_k_blocks * config.block_k, chunk, device)
+        if refusal is not None:
+            raise ValueError(f"{config}: {refusal}: use a config with gluon=False")
         wgmma_products.launch(a_op.view(-1, packed_k), b_op.view(-1, packed_k), table,
                               table[n_planes + len(plane_start):], out, n_k_blocks=n_k_blocks,
                               residue_bits=_residue_bits(arithmetic), config=config, programs=programs)

@@ -414,7 +414,7 @@ def test_gluon_kernel_refuses_what_it_does_not_cover():
     with pytest.raises(ValueError, match="one plane per modulus"):
         grouped_modular_matmul([two], digits="int4", config=config)
     one = (planes("int8", (1, 70, 512), rng), planes("int8", (1, 50, 512), rng), [1], 7)
-    with pytest.raises(ValueError, match="one K chunk"):
+    with pytest.raises(ValueError, match="one exact chunk"):
         grouped_modular_matmul([one], digits="int8", config=config, k_chunk=256)
 
 

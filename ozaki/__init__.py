@@ -27,7 +27,10 @@ _HOMES = {
 
 def __getattr__(name: str):
     if name in _HOMES:
-        return getattr(import_module(f".{_HOMES[name]}", __name__), name)
+        value = getattr(import_module(f".{_HOMES[name]}", __name__), name)
+        # Kept as a module attribute: later lookups (ozaki.matmul in a loop) skip this hook.
+        globals()[name] = value
+        return value
     raise AttributeError(f"module 'ozaki' has no attribute {name!r}")
 
 

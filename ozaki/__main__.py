@@ -1,4 +1,5 @@
-"""``python -m ozaki demo`` (the main job) and ``python -m ozaki bench`` (the benchmarks)."""
+"""``python -m ozaki demo`` (the main job), ``python -m ozaki bench`` (the benchmarks) and
+``python -m ozaki warmup`` (compile and tune ahead of time, for deployments)."""
 
 from __future__ import annotations
 
@@ -46,14 +47,44 @@ def demo(argv: list[str]) -> int:
     return 0
 
 
+def warmup(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m ozaki warmup",
+        description="Compile the kernels and tune their configs for this GPU ahead of time: one emulated product "
+                    "per size and engine, so that later processes find both in the on-disk caches (Triton's and "
+                    "ozaki's, OZAKI_CACHE_DIR) and their first call runs without compiling or tuning.")
+    parser.add_argument("--sizes", default="1024,4096,8192,16384",
+                        help="square sizes n; the tuner keys configs by power-of-two buckets of M, N, K "
+                             "(default 1024,4096,8192,16384)")
+    parser.add_argument("--engines", default="int8", help="plan engines from int8,fp8,fp4 (default int8)")
+    parser.add_argument("--accuracy", default="fp64", help="fp64, exact or a number of bits (default fp64)")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        parser.error("no CUDA device: the CPU path compiles and tunes nothing")
+    accuracy = int(args.accuracy) if args.accuracy.isdigit() else args.accuracy
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    for n in (int(size) for size in args.sizes.split(",")):
+        a, b = ((torch.rand((n, n), generator=generator, device="cuda", dtype=torch.float64) - 0.5) for _ in range(2))
+        for engine in args.engines.split(","):
+            start = time.perf_counter()
+            matmul(a, b, accuracy=accuracy, engine=engine)
+            torch.cuda.synchronize()
+            print(f"n = {n}, engine {engine}: {time.perf_counter() - start:.2f} s", flush=True)
+        del a, b
+        torch.cuda.empty_cache()
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    commands = ("demo", "bench")
+    commands = ("demo", "bench", "warmup")
     if not argv or argv[0] not in commands:
         print(f"usage: python -m ozaki {{{','.join(commands)}}} [options]   (-h after a command for its options)")
         return 2
     if argv[0] == "demo":
         return demo(argv[1:])
+    if argv[0] == "warmup":
+        return warmup(argv[1:])
     from .bench import main as bench_main
 
     return bench_main(argv[1:])

@@ -91,7 +91,7 @@ _RECORD_MODULI = 23
 _RECORD_DGEMM = 58.6e12
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # hashed by identity: profiles key caches of verdicts
 class Profile:
     """What one device reaches: rates in operations per second, ``bandwidth`` in bytes per
     second for plain traffic, the encode and decode stages' efficiency on their traffic
@@ -173,7 +173,7 @@ def verdict(profile: Profile, m: int, k: int, n: int, *, digits: str, planes: in
     return Verdict(emulated.total > dgemm, emulated, dgemm, profile.name)
 
 
-# Issue 6: the emulation's workspace at most twice the bytes of its float64 A, B and C.
+# The emulation's workspace: at most twice the bytes of its float64 A, B and C.
 WORKSPACE_BUDGET = 2
 # Block heights are multiples of the plane GEMM's tile height (128 or 256 rows in
 # kernels.products.CONFIGS): only the last block of a product ends in a partial tile.

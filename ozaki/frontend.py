@@ -176,7 +176,9 @@ def _operands(a, b, accuracy, engine) -> tuple[torch.Tensor, torch.Tensor, tuple
             f"must equal the {'only' if vector_b else 'second-to-last'} axis of b ({tb.shape[-2]})"
         )
     try:
-        batch = torch.broadcast_shapes(ta.shape[:-2], tb.shape[:-2])
+        # Equal batch shapes (plain 2-D products among them) need no broadcast rules.
+        batch = ta.shape[:-2] if ta.shape[:-2] == tb.shape[:-2] else torch.broadcast_shapes(ta.shape[:-2],
+                                                                                          tb.shape[:-2])
     except RuntimeError:
         raise ValueError(f"matmul: batch dimensions of shapes {shape_a} and {shape_b} do not broadcast") from None
     squeeze = (-2,) * vector_a + (-1,) * vector_b  # -2 first: then b's axis is the last

@@ -196,7 +196,15 @@ def native_verdict(m: int, k: int, n: int, accuracy: Accuracy, engine: str, devi
     if profile is None:
         return None
     if moduli is None:
-        moduli = moduli_for("auto", k, crt_capacity(k, SIGNIFICAND_BITS, SIGNIFICAND_BITS), device)
+        return _general_verdict(profile, m, k, n, device.type)
+    return cost.verdict(profile, m, k, n, digits=moduli.engine, planes=moduli.planes, moduli=len(moduli.moduli))
+
+
+@functools.lru_cache(maxsize=1024)
+def _general_verdict(profile: cost.Profile, m: int, k: int, n: int, device_type: str) -> cost.Verdict | None:
+    """The verdict for rows of 53 bits, a function of the shape alone: kept, so that a call
+    the shape sends to native DGEMM costs a lookup, not a plan."""
+    moduli = moduli_for("auto", k, crt_capacity(k, SIGNIFICAND_BITS, SIGNIFICAND_BITS), torch.device(device_type))
     return cost.verdict(profile, m, k, n, digits=moduli.engine, planes=moduli.planes, moduli=len(moduli.moduli))
 
 
@@ -218,7 +226,9 @@ def _cuda_profile(index: int) -> cost.Profile | None:
 def _finite(x: torch.Tensor) -> tuple[torch.Tensor, bool]:
     """x with NaN and ±Inf read as 0 (numpy's matmul places them, see ozaki.frontend), and whether
     any was there."""
-    if bool(x.isfinite().all()):
+    # One reduction pass: NaN propagates into both extremes and ±Inf is one of them, so both
+    # are finite exactly when every entry is (x.isfinite().all() takes four passes on CUDA).
+    if x.numel() == 0 or bool(torch.stack(torch.aminmax(x)).isfinite().all()):
         return x, False
     return torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0), True
 

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
@@ -203,3 +204,16 @@ def test_plan_and_path_are_read_from_the_calls_plan(monkeypatch):
     row = bench._model_columns(case, plan, h200)
     assert plan.moduli is None and row["path"] == "native"
     assert row["model_s"] == plan.predicted.emulated.total and "model_workspace_ratio" not in row
+
+
+def test_warmup_compiles_each_size_and_engine_or_says_why_not(capsys):
+    from ozaki.__main__ import main
+
+    if not torch.cuda.is_available():
+        with pytest.raises(SystemExit):
+            main(["warmup", "--sizes", "64"])
+        assert "no CUDA device" in capsys.readouterr().err
+        return
+    assert main(["warmup", "--sizes", "64,96", "--engines", "int8,fp8"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in printed] == [f"n = {n}, engine {e}" for n in (64, 96) for e in ("int8", "fp8")]

@@ -63,7 +63,9 @@ __all__ = [
     "PlaneGemmConfig",
     "compile_ptx",
     "config_refusal",
+    "EXACT_SUM_MODULUS",
     "encoded_modular_matmul",
+    "exact_int8_matmul",
     "grouped_modular_matmul",
     "modular_matmul",
     "plan_chunk",
@@ -711,6 +713,43 @@ def modular_matmul(
     ``[..., M, N]`` of ``out_dtype``.  Keywords as in ``grouped_modular_matmul``."""
     return grouped_modular_matmul([(a_planes, b_planes, coefficients, modulus)], digits=digits, operand=operand,
                                   config=config, k_chunk=k_chunk, out_dtype=out_dtype)[0]
+
+
+# A prime above every sum exact_int8_matmul admits: the sums' residues are the sums.
+EXACT_SUM_MODULUS = 2**31 - 1
+
+
+def exact_int8_matmul(a: torch.Tensor, bt: torch.Tensor, max_entry: int, *,
+                      config: PlaneGemmConfig | None = None) -> torch.Tensor:
+    """``a @ bt^T`` exactly, int32 ``[M, N]``, for int8 ``a`` ``[M, K]`` and ``bt`` ``[N, K]``
+    whose entries the caller guarantees lie in [0, ``max_entry``] (codes it built with that
+    clamp; nothing is read back to check).  Every sum is at most ``K * max_entry**2``, which
+    must stay below 2**31 - 1 (ValueError otherwise); the plane GEMM of one plane modulo that
+    prime then returns the sums themselves.  ``config`` as for :func:`modular_matmul` (the
+    tuner's, ``kernels.autotune.tuned_plane_config`` with ``moduli=[2**31 - 1]``)."""
+    for name, x in (("a", a), ("bt", bt)):
+        if not isinstance(x, torch.Tensor) or x.dtype != torch.int8 or x.dim() != 2:
+            raise TypeError(f"{name} must be a 2-D int8 tensor, got {getattr(x, 'dtype', type(x).__name__)} "
+                            f"of shape {tuple(getattr(x, 'shape', ()))}")
+    if a.shape[1] != bt.shape[1] or a.device != bt.device:
+        raise ValueError(f"a {tuple(a.shape)} on {a.device} and bt {tuple(bt.shape)} on {bt.device}: expected "
+                         "[M, K] and [N, K] on one device")
+    if not 0 <= max_entry <= 127:
+        raise ValueError(f"max_entry {max_entry} must lie in [0, 127] (int8 entries)")
+    (m_rows, k), n_cols = a.shape, bt.shape[0]
+    if k * max_entry**2 >= EXACT_SUM_MODULUS:
+        raise ValueError(f"K = {k} sums of products up to {max_entry}**2 reach 2**31 - 1: split K (int32 sums)")
+    max_product = max(max_entry**2, 1)
+    config = config or _default_config("int8", max_product)
+    # One K chunk: K * max_entry**2 < 2**31 is exactly the int32 accumulator's window.
+    chunk = plan_chunk("int8", config, max_product)
+    out = torch.empty((1, 1, m_rows, n_cols), dtype=torch.int32, device=a.device)
+    if out.numel() and k == 0:
+        out.zero_()
+    elif out.numel():
+        a_op, b_op = (_to_operand(x[None, None], "int8", config.block_k) for x in (a, bt))
+        _launch(a_op, b_op, (1,), (0, 1), (EXACT_SUM_MODULUS,), out, "int8", config, chunk)
+    return out[0, 0]
 
 
 def reference_modular_matmul(a_planes: torch.Tensor, b_planes: torch.Tensor, coefficients: Sequence[int],

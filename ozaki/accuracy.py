@@ -43,7 +43,8 @@ row (ozaki.planning: every row keeps what the int8 plan of its need pays for).
 :func:`fp64_statistics` reads both from the data.  On a GPU (``kernels=True``, which the
 planning passes on CUDA tensors) its reads of the operands and of the code product run as
 the Triton passes of ``kernels.accuracy``, which give these torch functions' integers and
-floats bit for bit; the code GEMMs are ``torch._int_mm`` on either path.
+floats bit for bit, and the code GEMMs run on the plane GEMM kernel (``torch._int_mm`` on
+the torch path): exact integers either way.
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ from dataclasses import dataclass
 import torch
 
 from kernels import accuracy as accuracy_kernels
+from kernels.autotune import tuned_plane_config
+from kernels.products import EXACT_SUM_MODULUS, exact_int8_matmul
 from kernels.accuracy import CODE_LEVELS, CODE_MAX, UPPER_CODE_MAX, UPPER_LEVELS, UpperReading
 from kernels.float64 import SIGNIFICAND_BITS
 
@@ -140,22 +143,34 @@ def _padded(codes: torch.Tensor, rows: int, k: int) -> torch.Tensor:
     return torch.nn.functional.pad(codes, (0, k - codes.shape[1], 0, rows - codes.shape[0]))
 
 
-def _code_product(codes_a: torch.Tensor, codes_bt: torch.Tensor, m: int, n: int, k: int) -> torch.Tensor:
-    """G = codes_a·codes_btᵀ of the first m and n rows exactly, from int8 codes zero-padded
-    to :func:`_gemm_shape`.  ``k`` is the whole product's K (a mesh sums this device's G over
-    it): up to one int32-exact chunk, G is the int32 result of one GEMM, exact for the sum over
-    every device too; beyond, int64 sums of chunks."""
+def _code_product(codes_a: torch.Tensor, codes_bt: torch.Tensor, m: int, n: int, k: int, max_code: int,
+                  kernels: bool) -> torch.Tensor:
+    """G = codes_a·codes_btᵀ of the first m and n rows exactly, from int8 codes in [0, max_code]
+    zero-padded to :func:`_gemm_shape`.  ``k`` is the whole product's K (a mesh sums this
+    device's G over it): up to one int32-exact chunk, G is the int32 result of one GEMM, exact
+    for the sum over every device too; beyond, int64 sums of chunks."""
     dtype = torch.int32 if k <= _INT_MM_CHUNK else torch.int64
     if m == 0 or n == 0 or codes_a.shape[1] == 0:
         # A device of a mesh holding no line of a side (or no K): no GEMM to launch.
         return torch.zeros((m, n), dtype=dtype, device=codes_a.device)
     if dtype == torch.int32:
-        return torch._int_mm(codes_a, codes_bt.T)[:m, :n]
+        return _int8_sums(codes_a, codes_bt, max_code, kernels)[:m, :n]
     total = torch.zeros((codes_a.shape[0], codes_bt.shape[0]), dtype=torch.int64, device=codes_a.device)
     for start in range(0, codes_a.shape[1], _INT_MM_CHUNK):
         chunk = slice(start, start + _INT_MM_CHUNK)
-        total += torch._int_mm(codes_a[:, chunk], codes_bt[:, chunk].T)
+        total += _int8_sums(codes_a[:, chunk], codes_bt[:, chunk], max_code, kernels)
     return total[:m, :n]
+
+
+def _int8_sums(a: torch.Tensor, bt: torch.Tensor, max_code: int, kernels: bool) -> torch.Tensor:
+    """a·btᵀ in int32, exact (K·max_code² < 2^31): with ``kernels`` the plane GEMM of
+    ``kernels.products`` (on the H200 its tuned config outruns cuBLAS's int8 GEMM by about
+    half, benchmarks/kernels.md), else ``torch._int_mm``."""
+    if not kernels:
+        return torch._int_mm(a, bt.T)
+    config = tuned_plane_config("int8", a.shape[0], bt.shape[0], a.shape[1], 1, max(max_code**2, 1), a.device,
+                                moduli=[EXACT_SUM_MODULUS])
+    return exact_int8_matmul(a.contiguous(), bt.contiguous(), max_code, config=config)
 
 
 def _least_quotients(g: torch.Tensor, sums: torch.Tensor, offset: torch.Tensor, dim: int) -> torch.Tensor:
@@ -262,7 +277,7 @@ def fp64_statistics(a: torch.Tensor, bt: torch.Tensor, extents_a: Extents, exten
         # L_ij ≥ 2^(r_i + r_j − 2D)·G_ij and S^B_j ≤ 2^(top_j − W)·U_j: the first condition reads
         # 2^-p_i ≤ 2^(h − 53 − g + r_i − top_i − 2D + W)·min_j G_ij·2^(r_j − top_j)/U_j.
         codes_a, codes_b = _lower_codes(a, r_a, (pad_m, pad_k), kernels), _lower_codes(bt, r_b, (pad_n, pad_k), kernels)
-        g = agreement.sum_over_k(_code_product(codes_a, codes_b, m, n, k), bound=k * CODE_MAX**2)
+        g = agreement.sum_over_k(_code_product(codes_a, codes_b, m, n, k, CODE_MAX, kernels), bound=k * CODE_MAX**2)
         offset_a, offset_b = r_a - top_a, r_b - top_b
         if kernels:
             least_a, least_b = accuracy_kernels.least_quotients_kernel(g, u_a, offset_a, u_b, offset_b)
@@ -272,7 +287,8 @@ def fp64_statistics(a: torch.Tensor, bt: torch.Tensor, extents_a: Extents, exten
         level_a = _levels(base + top_a - r_a, agreement.min_over_columns(least_a))
         level_b = _levels(base + top_b - r_b, agreement.min_over_rows(least_b))
     # The bound's maxima over lines are those of the whole K's sums.
-    g = agreement.sum_over_k(_code_product(upper_a.codes, upper_b.codes, m, n, k), bound=k * UPPER_CODE_MAX**2)
+    g = agreement.sum_over_k(_code_product(upper_a.codes, upper_b.codes, m, n, k, UPPER_CODE_MAX, kernels),
+                             bound=k * UPPER_CODE_MAX**2)
     rows_a, rows_b = (agreement.sum_over_k(upper.code_sums, bound=k * UPPER_CODE_MAX) for upper in (upper_a, upper_b))
     return level_a, level_b, MagnitudeBound(largest(g), largest(rows_a), largest(rows_b), k)
 

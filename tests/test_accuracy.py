@@ -152,10 +152,11 @@ def test_levels_are_exact_integers_independent_of_row_order():
     assert torch.equal(moved_a, level_a[order]) and torch.equal(moved_b, level_b)
 
 
+@pytest.mark.parametrize("kernels", [False, True], ids=["torch", "plane-gemm"])
 @pytest.mark.parametrize(("m", "k", "n"), [(1, 1, 2), (3, 1, 4), (2, 3, 5), (17, 9, 1), (5, 40, 33)])
-def test_code_products_are_exact(m, k, n):
+def test_code_products_are_exact(m, k, n, kernels):
     # The int8 code GEMM against int64 products, on the shapes where some torch releases'
-    # kernels go wrong (K = 1 on the CPU in torch 2.11).
+    # kernels go wrong (K = 1 on the CPU in torch 2.11), by torch._int_mm and by the plane GEMM.
     gen = torch.Generator().manual_seed(m * k * n)
     a = torch.randint(0, 128, (m, k), dtype=torch.int8, generator=gen)
     bt = torch.randint(0, 128, (n, k), dtype=torch.int8, generator=gen)
@@ -163,7 +164,7 @@ def test_code_products_are_exact(m, k, n):
     padded_a, padded_bt = accuracy._padded(a, pad_m, pad_k), accuracy._padded(bt, pad_n, pad_k)
     # One int32 GEMM up to the chunk's K, int64 sums of chunks past it (as the whole K of a mesh decides).
     for whole_k, dtype in ((k, torch.int32), (accuracy._INT_MM_CHUNK + 1, torch.int64)):
-        g = accuracy._code_product(padded_a, padded_bt, m, n, whole_k)
+        g = accuracy._code_product(padded_a, padded_bt, m, n, whole_k, 127, kernels)
         assert g.dtype == dtype and torch.equal(g.long(), a.long() @ bt.long().T)
 
 

@@ -24,7 +24,9 @@ from kernels.products import (
     _launch,
     _to_operand,
     config_refusal,
+    EXACT_SUM_MODULUS,
     encoded_modular_matmul,
+    exact_int8_matmul,
     grouped_modular_matmul,
     modular_matmul,
     plan_chunk,
@@ -435,3 +437,35 @@ def test_gluon_kernel_is_refused_without_wgmma():
     one = (planes("int8", (1, 8, 32), rng), planes("int8", (1, 8, 32), rng), [1], 7)
     with pytest.raises(ValueError, match="gluon=False"):
         grouped_modular_matmul([one], digits="int8", config=GLUON[0])
+
+
+def _int8_configs() -> list:
+    # Every int8 config this device runs: the Gluon ones only where wgmma is.
+    return [c for c in CONFIGS["int8"] if not c.gluon or wgmma_products.supports(torch.device(DEVICE))]
+
+
+@pytest.mark.parametrize("config", _int8_configs(), ids=str)
+@pytest.mark.parametrize(("m", "k", "n", "top"), [(1, 1, 1, 127), (17, 9, 3, 127), (130, 300, 260, 64), (5, 0, 4, 9),
+                                                  (40, 256, 33, 0)])
+def test_exact_int8_matmul_returns_the_sums(m, k, n, top, config):
+    gen = torch.Generator().manual_seed(m * 1000 + k)
+    a = torch.randint(0, top + 1, (m, k), dtype=torch.int8, generator=gen)
+    bt = torch.randint(0, top + 1, (n, k), dtype=torch.int8, generator=gen)
+    if config_refusal("int8", config, max(top**2, 1), planes=[1], k=k, device=DEVICE) is not None:
+        pytest.skip("config refuses this launch")
+    got = exact_int8_matmul(a.to(DEVICE), bt.to(DEVICE), top, config=config)
+    assert got.dtype == torch.int32 and torch.equal(got.cpu().long(), a.long() @ bt.long().T)
+
+
+def test_exact_int8_matmul_at_its_window_and_past_it():
+    # The largest K whose all-127 sums stay below the prime 2**31 - 1, and one more.
+    k = (EXACT_SUM_MODULUS - 1) // 127**2
+    a, bt = (torch.full((rows, k), 127, dtype=torch.int8, device=DEVICE) for rows in (2, 3))
+    assert exact_int8_matmul(a, bt, 127).cpu().tolist() == [[k * 127**2] * 3] * 2
+    wider = torch.zeros((1, k + 1), dtype=torch.int8, device=DEVICE)
+    with pytest.raises(ValueError, match="reach 2\\*\\*31 - 1: split K"):
+        exact_int8_matmul(wider, wider, 127)
+    with pytest.raises(TypeError, match="2-D int8"):
+        exact_int8_matmul(a.to(torch.int16), bt, 127)
+    with pytest.raises(ValueError, match=r"max_entry 128 must lie in \[0, 127\]"):
+        exact_int8_matmul(a, bt, 128)

@@ -51,10 +51,10 @@ __all__ = ["COLUMNS", "DEVICES", "PROJECTION_COLUMNS", "Device", "main"]
 COLUMNS = (
     "date", "device", "m", "k", "n", "phi", "method", "accuracy", "engine", "status", "reps", "median_s",
     "tflops", "speedup", "rel_err_max", "rel_err_median", "comp_err_max", "workspace_bytes", "operand_bytes",
-    "workspace_ratio", "encode_s", "products_s", "decode_s", "path", "model_s", "model_encode_s", "model_products_s",
-    "model_decode_s", "model_workspace_ratio",
+    "workspace_ratio", "plan_s", "encode_s", "products_s", "decode_s", "path", "model_s", "model_plan_s",
+    "model_encode_s", "model_products_s", "model_decode_s", "model_workspace_ratio",
 )  # fmt: skip
-_STAGES = ("encode", "products", "decode")
+_STAGES = ("plan", "encode", "products", "decode")
 PROJECTION_COLUMNS = (
     "device", "plan", "digits", "products", "moduli", "m", "k", "n", "model_s", "model_tflops", "dgemm_model_s",
     "speedup", "h200_measured_s", "calibration",
@@ -203,8 +203,8 @@ def _model_columns(case: _Case, plan, profile: cost.Profile | None) -> dict:
         workspace = cost.workspace_bytes(case.m, case.k, case.n, **sizes)
         row["model_workspace_ratio"] = workspace / (8 * (case.m * case.k + case.k * case.n + case.m * case.n))
     if predicted is not None:
-        row.update(model_s=predicted.total, model_encode_s=predicted.encode, model_products_s=predicted.products,
-                   model_decode_s=predicted.decode)  # fmt: skip
+        row.update(model_s=predicted.total, model_plan_s=predicted.plan, model_encode_s=predicted.encode,
+                   model_products_s=predicted.products, model_decode_s=predicted.decode)  # fmt: skip
     return row
 
 
@@ -365,7 +365,8 @@ def _projected_profile(device: Device, eff: dict) -> cost.Profile:
     return cost.Profile(
         name=device.name, fp64=eff["fp64"] * device.fp64,
         rates={d: None if r is None else eff[d] * r for d, r in device.rates.items()},
-        bandwidth=eff["bandwidth"] * device.bandwidth, encode_efficiency=1.0, decode_efficiency=1.0, overhead=0.0,
+        bandwidth=eff["bandwidth"] * device.bandwidth, plan_efficiency=1.0, encode_efficiency=1.0, decode_efficiency=1.0,
+        overhead=0.0,
         source=device.source,
     )  # fmt: skip
 
@@ -585,7 +586,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if cuda:
         print("workspace_ratio: peak device memory of one call beyond its result over the bytes of A, B and C "
               "(cost.WORKSPACE_BUDGET: 2); model_*: ozaki.cost's predictions for the plan each call used (stages in the CSV "
-              "next to encode_s, products_s, decode_s)")
+              "next to plan_s, encode_s, products_s, decode_s)")
     print(f"wrote {args.out / (name + '.csv')}")
 
     if args.project:

@@ -1,18 +1,21 @@
 """Cost model: predicted seconds of the emulated product and of native DGEMM on one device.
 
+    plan     = (MK + KN)·(3·8 + 2) / (bandwidth · plan efficiency) + 2·2MNK / plane-GEMM rate
     encode   = (MK + KN)·(8 + planes·plane bytes) / (bandwidth · encode efficiency)
-    products = planes·2MNK / plane-GEMM rate + moduli·MN·4 / bandwidth + overhead
-    decode   = MN·(4·moduli + 8) / (bandwidth · decode efficiency)
+    products = planes·2MNK / plane-GEMM rate + moduli·MN·residue bytes / bandwidth + overhead
+    decode   = MN·(moduli·residue bytes + 8) / (bandwidth · decode efficiency)
     DGEMM    = 2MNK / fp64 rate
 
-Encode reads the float64 operands and writes one plane value per entry and plane; the
-products write one int32 residue per entry and modulus (the grouped GEMMs' output), which
-the decode reads back before writing the float64 result.  The efficiencies are what the
-H200 reached on that traffic in the recorded run (:data:`H200_RECORD`), the rates what it
-reached on the arithmetic; other devices take their datasheet figures (:data:`DEVICES`)
-times the H200's efficiencies.  Nothing is timed at call time: the same shape on the same
-device always gets the same prediction, so a choice made from it never changes a result's
-bits from run to run.
+The plan is what ``accuracy="fp64"`` reads before any residue exists (``ozaki.accuracy``):
+three passes over the float64 operands (extents, upper codes, lower codes) writing two int8
+codes per entry, and two int8 GEMMs of codes on the plane-GEMM kernel.  Encode reads the
+float64 operands and writes one plane value per entry and plane; the products write one
+byte residue per entry and modulus, which the decode reads back before writing the float64
+result.  The efficiencies are what the H200 reached on that traffic in the recorded run
+(:data:`H200_RECORD`), the rates what it reached on the arithmetic; other devices take their
+datasheet figures (:data:`DEVICES`) times the H200's efficiencies.  Nothing is timed at call
+time: the same shape on the same device always gets the same prediction, so a choice made
+from it never changes a result's bits from run to run.
 
 :func:`workspace_bytes` predicts the device memory the emulated path holds at its peak,
 and :func:`stream_rows` picks the height of the blocks of A's rows the fused path streams
@@ -25,7 +28,7 @@ from dataclasses import dataclass
 from functools import cache
 
 __all__ = [
-    "DEVICES", "H200_RECORD", "Device", "Prediction", "Profile", "Verdict", "dgemm_seconds", "predict",
+    "DEVICES", "H200_RECORD", "PLANNED_SHARE", "RESIDUE_BYTES", "Device", "Prediction", "Profile", "Verdict", "dgemm_seconds", "predict",
     "profile_for", "stream_rows", "verdict", "workspace_bytes",
 ]  # fmt: skip
 
@@ -74,27 +77,21 @@ DEVICES = {
 # reads FP4 two to a byte.
 PLANE_BYTES = {"int8": 1.0, "fp8": 1.0, "fp4": 0.5, "int4": 0.5, "reference": 8.0}
 
-# benchmarks/RESULTS.md, "2026-11-29 18:36 UTC, one H200 (issue 6)": ozaki.matmul with the int8
-# engine, 23 moduli (23 plane GEMMs), accuracy fp64; seconds of (encode, products, decode)
-# per (M, K, N).  DGEMM's best rate in that run was 58.6 TFLOP/s (8192³; 56.0 at 16384³).
-# The encode figures are those of the int64-bound encode kernel that kernels/residues.py has
-# since replaced: recalibrate from the next H200 run (``python -m ozaki bench`` prints the
-# prediction next to each measured stage).
+# benchmarks/RESULTS.md, "RECORD_PLACEHOLDER": ozaki.matmul with the int8 engine, accuracy
+# fp64, phi = 0.5; per (M, K, N): the plan's moduli, the seconds of (plan, encode, products,
+# decode), the plan being the call's time outside the three pipeline stages, and DGEMM's
+# seconds in the same run.
 H200_RECORD = {
-    (16384, 16384, 16384): (0.192, 0.210, 0.056),
-    (8192, 8192, 8192): (0.054, 0.036, 0.014),
-    (4096, 4096, 4096): (0.015, 0.008, 0.003),
-    (4096, 65536, 4096): (0.196, 0.064, 0.004),
-    (65536, 4096, 256): (0.087, 0.016, 0.004),
+    (16384, 16384, 16384): (16, 0.033, 0.0415, 0.0878, 0.0418, 0.1575),
+    (8192, 8192, 8192): (16, 0.0065, 0.0136, 0.0119, 0.0101, 0.0179),
 }
-_RECORD_MODULI = 23
 _RECORD_DGEMM = 58.6e12
 
 
 @dataclass(frozen=True, eq=False)  # hashed by identity: profiles key caches of verdicts
 class Profile:
     """What one device reaches: rates in operations per second, ``bandwidth`` in bytes per
-    second for plain traffic, the encode and decode stages' efficiency on their traffic
+    second for plain traffic, the plan's, encode's and decode's efficiency on their traffic
     relative to it, and a fixed cost per emulated call (launches, the tuner's cache lookup,
     host work) in seconds."""
 
@@ -102,6 +99,7 @@ class Profile:
     fp64: float
     rates: dict  # digits -> plane-GEMM rate; None where the device has none
     bandwidth: float
+    plan_efficiency: float
     encode_efficiency: float
     decode_efficiency: float
     overhead: float
@@ -112,13 +110,14 @@ class Profile:
 class Prediction:
     """Predicted seconds per stage of one emulated product."""
 
+    plan: float
     encode: float
     products: float
     decode: float
 
     @property
     def total(self) -> float:
-        return self.encode + self.products + self.decode
+        return self.plan + self.encode + self.products + self.decode
 
 
 @dataclass(frozen=True)
@@ -132,7 +131,8 @@ class Verdict:
 
     def __str__(self) -> str:
         e = self.emulated
-        return (f"predicted emulation {e.total:.3g} s (encode {e.encode:.3g}, products {e.products:.3g}, decode "
+        return (f"predicted emulation {e.total:.3g} s (plan {e.plan:.3g}, encode {e.encode:.3g}, products "
+                f"{e.products:.3g}, decode "
                 f"{e.decode:.3g}) {'>' if self.native else '<='} DGEMM {self.dgemm:.3g} s on {self.profile}")
 
 
@@ -141,7 +141,15 @@ def _encode_traffic(m: int, k: int, n: int, planes: int, plane_bytes: float) -> 
 
 
 def _decode_traffic(m: int, n: int, moduli: int) -> float:
-    return m * n * (4 * moduli + 8)
+    return m * n * (moduli * RESIDUE_BYTES + 8)
+
+
+def _plan_traffic(m: int, k: int, n: int) -> float:
+    return (m * k + k * n) * (3 * 8 + 2)
+
+
+# The plan's two int8 GEMMs of codes (ozaki.accuracy).
+_CODE_GEMMS = 2
 
 
 def predict(profile: Profile, m: int, k: int, n: int, *, digits: str, planes: int, moduli: int) -> Prediction | None:
@@ -149,12 +157,16 @@ def predict(profile: Profile, m: int, k: int, n: int, *, digits: str, planes: in
     ``moduli`` moduli in ``digits`` ("reference": float64 GEMMs of residues); None where the
     device has no rate for those digits."""
     rate = profile.fp64 if digits == "reference" else profile.rates.get(digits)
+    # The code GEMMs are int8; a device without int8 units worth using (the B300) is taken at its
+    # fastest tensor unit, where a port would run them.
+    code_rate = profile.rates.get("int8") or max(r for r in profile.rates.values() if r is not None)
     if rate is None:
         return None
     bandwidth = profile.bandwidth
     return Prediction(
+        plan=_plan_traffic(m, k, n) / (bandwidth * profile.plan_efficiency) + _CODE_GEMMS * 2 * m * n * k / code_rate,
         encode=_encode_traffic(m, k, n, planes, PLANE_BYTES[digits]) / (bandwidth * profile.encode_efficiency),
-        products=planes * 2 * m * n * k / rate + moduli * m * n * 4 / bandwidth + profile.overhead,
+        products=planes * 2 * m * n * k / rate + moduli * m * n * RESIDUE_BYTES / bandwidth + profile.overhead,
         decode=_decode_traffic(m, n, moduli) / (bandwidth * profile.decode_efficiency),
     )
 
@@ -175,6 +187,11 @@ def verdict(profile: Profile, m: int, k: int, n: int, *, digits: str, planes: in
 
 # The emulation's workspace: at most twice the bytes of its float64 A, B and C.
 WORKSPACE_BUDGET = 2
+# The plane GEMM's residues of the catalog's moduli (all at most 2^8): uint8.
+RESIDUE_BYTES = 1
+# The share of the budget the blocks are planned to: the allocator rounds blocks up and small
+# tensors (shifts, tables) live beside the modelled ones.
+PLANNED_SHARE = 0.98
 # Block heights are multiples of the plane GEMM's tile height (128 or 256 rows in
 # kernels.products.CONFIGS): only the last block of a product ends in a partial tile.
 ROW_GRANULE = 128
@@ -189,10 +206,11 @@ def _phases(k: int, n: int, *, digits: str, planes: int, moduli: int) -> tuple[t
     the streamed product.  B's encoded planes (one byte per value) live throughout.  During
     the plane GEMM: the block's planes of A, the operand copies the GEMM converts both sides
     to (none for int8 planes, which it reads in place; E4M3 or packed E2M1 otherwise) and
-    the block's int32 residue per entry and modulus.  During the decode: the residues and
-    the block's float64 rows, which are then copied into C."""
+    the block's residues, one byte per entry and modulus (``kernels.products.residue_dtype``
+    of the catalog's moduli, all at most 2^8).  During the decode: the residues and the
+    block's float64 rows, which are then copied into C."""
     copy = 0.0 if digits == "int8" else PLANE_BYTES[digits]
-    residues = 4 * moduli * n
+    residues = RESIDUE_BYTES * moduli * n
     return (
         (planes * k * n * (1.0 + copy), planes * k * (1.0 + copy) + residues),
         (planes * k * n, residues + 8 * n),
@@ -208,7 +226,7 @@ def stream_rows(m: int, k: int, n: int, *, digits: str, planes: int, moduli: int
     The reference engine does not stream: m."""
     if digits == "reference":
         return m
-    budget = WORKSPACE_BUDGET * 8 * (m * k + k * n + m * n)
+    budget = PLANNED_SHARE * WORKSPACE_BUDGET * 8 * (m * k + k * n + m * n)
     fitting = min((budget - fixed) // per_row for fixed, per_row in _phases(k, n, digits=digits, planes=planes,
                                                                              moduli=moduli))
     most = int(fitting) // ROW_GRANULE * ROW_GRANULE
@@ -232,35 +250,42 @@ def workspace_bytes(m: int, k: int, n: int, *, digits: str, planes: int, moduli:
                      for fixed, per_row in _phases(k, n, digits=digits, planes=planes, moduli=moduli)))
 
 
-def _h200_fit() -> tuple[float, float, float, float]:
-    """(int8 plane rate, overhead, encode and decode efficiency) from :data:`H200_RECORD`.
+def _h200_fit() -> tuple[float, float, float, float, float]:
+    """(int8 plane rate, overhead, plan, encode and decode efficiency) from :data:`H200_RECORD`.
 
-    The products' arithmetic (after the int32 writes) is fitted as F/rate + overhead through
-    the 4096³ and 8192³ points: that over-predicts 16384³ by about a fifth, never under-predicts
-    the square shapes, and under-predicts the skinny 65536×4096×256 (16 ms measured, ~8
-    predicted).  Each stage efficiency is the lowest over the record: the model does not
-    flatter the emulation."""
+    The products' arithmetic (after the residue writes) is fitted as F/rate + overhead through
+    the two largest square shapes of the record; the plan's efficiency is taken on its time
+    less the code GEMMs at that rate.  Each efficiency is the median over the record's shapes:
+    the model aims at the measured times (benchmarks/RESULTS.md compares it with each run),
+    neither flattering the emulation nor DGEMM."""
     h200 = DEVICES["h200"]
 
     def arithmetic(shape):
         m, k, n = shape
-        flops = _RECORD_MODULI * 2 * m * k * n
-        return flops, H200_RECORD[shape][1] - _RECORD_MODULI * m * n * 4 / h200.bandwidth
+        moduli, _, _, products, _, _ = H200_RECORD[shape]
+        return moduli * 2 * m * k * n, products - moduli * m * n * RESIDUE_BYTES / h200.bandwidth
 
-    (f4, t4), (f8, t8) = arithmetic((4096, 4096, 4096)), arithmetic((8192, 8192, 8192))
-    rate = (f8 - f4) / (t8 - t4)
-    overhead = t4 - f4 / rate
-    encode = min(_encode_traffic(m, k, n, _RECORD_MODULI, 1.0) / h200.bandwidth / t[0]
-                 for (m, k, n), t in H200_RECORD.items())
-    decode = min(_decode_traffic(m, n, _RECORD_MODULI) / h200.bandwidth / t[2] for (m, k, n), t in H200_RECORD.items())
-    return rate, overhead, encode, decode
+    small, large = sorted((shape for shape in H200_RECORD if len(set(shape)) == 1), key=lambda shape: shape[0])[-2:]
+    (f_small, t_small), (f_large, t_large) = arithmetic(small), arithmetic(large)
+    rate = (f_large - f_small) / (t_large - t_small)
+    overhead = t_small - f_small / rate
+
+    def median(values):
+        ordered = sorted(values)
+        return ordered[len(ordered) // 2]
+
+    plan = median(_plan_traffic(m, k, n) / h200.bandwidth / (t[1] - _CODE_GEMMS * 2 * m * n * k / rate)
+                  for (m, k, n), t in H200_RECORD.items())
+    encode = median(_encode_traffic(m, k, n, t[0], 1.0) / h200.bandwidth / t[2] for (m, k, n), t in H200_RECORD.items())
+    decode = median(_decode_traffic(m, n, t[0]) / h200.bandwidth / t[4] for (m, k, n), t in H200_RECORD.items())
+    return rate, overhead, plan, encode, decode
 
 
 @cache
 def _profile(key: str) -> Profile:
     device = DEVICES[key]
     h200 = DEVICES["h200"]
-    rate, overhead, encode, decode = _h200_fit()
+    rate, overhead, plan, encode, decode = _h200_fit()
     # The H200's fraction of its datasheet rate, carried to this device's datasheet rates (every
     # digit set at int8's measured fraction: the auto engine runs int8 plans only).
     tensor = rate / h200.rates["int8"]
@@ -269,7 +294,8 @@ def _profile(key: str) -> Profile:
     return Profile(
         name=device.name, fp64=fp64 * device.fp64,
         rates={d: None if r is None else tensor * r for d, r in device.rates.items()},
-        bandwidth=device.bandwidth, encode_efficiency=encode, decode_efficiency=decode, overhead=overhead,
+        bandwidth=device.bandwidth, plan_efficiency=plan, encode_efficiency=encode, decode_efficiency=decode,
+        overhead=overhead,
         source=f"{device.name}: {calibration}; {device.source}",
     )  # fmt: skip
 

@@ -16,6 +16,7 @@ import torch
 
 from . import pipeline
 from .planning import ENGINES, ProductPlan, plan_product
+from .timing import stage
 
 __all__ = ["check_options", "explain", "matmul", "nonfinite_terms", "overlay_nonfinite"]
 
@@ -134,7 +135,8 @@ def matmul(a, b, *, accuracy="fp64", engine: str = "auto"):
     the float64 range become ±inf; an exact zero is +0.0.
     """
     ta, tb, squeeze = _operands(a, b, accuracy, engine)
-    plan = plan_product(ta, tb, accuracy, engine)
+    with stage("plan", ta.device):
+        plan = plan_product(ta, tb, accuracy, engine)
     out = pipeline.run(plan)  # on the native path, IEEE semantics for NaN and ±Inf as numpy's matmul
     if plan.nonfinite:
         # The finite terms went through the emulation; NaN/Inf positions are overlaid after.

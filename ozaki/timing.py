@@ -15,7 +15,7 @@ _timing = threading.local()
 
 @contextlib.contextmanager
 def stage_times():
-    """Collects seconds per stage ("encode", "products", "decode") of the products run inside,
+    """Collects seconds per stage ("plan", "encode", "products", "decode") of the products run inside,
     on this thread; CUDA is synchronized at each stage boundary only while collecting."""
     times: dict[str, float] = {}
     outer = getattr(_timing, "times", None)

@@ -67,13 +67,14 @@ def test_stage_breakdown_is_taken_from_the_pipeline_recorder(tmp_path, monkeypat
     def stage_times():
         seconds = {}
         yield seconds
-        seconds.update(encode=0.25, products=0.5, decode=0.125)
+        seconds.update(plan=0.0625, encode=0.25, products=0.5, decode=0.125)
 
     monkeypatch.setattr(timing, "stage_times", stage_times)
     argv = ["--cpu", "--sizes", "8", "--reps", "1", "--accuracy", "fp64", "--out", str(tmp_path)]
     assert bench.main(argv) == 0
     _, rows = _read(tmp_path / "bench-cpu.csv")
-    assert [(r["encode_s"], r["products_s"], r["decode_s"]) for r in rows] == [("", "", ""), ("0.25", "0.5", "0.125")]
+    assert [(r["plan_s"], r["encode_s"], r["products_s"], r["decode_s"]) for r in rows] == [
+        ("", "", "", ""), ("0.0625", "0.25", "0.5", "0.125")]
 
 
 def test_budget_stops_starting_shapes(tmp_path):
@@ -156,14 +157,16 @@ def test_projection_model_and_calibration():
                            ("B300", "f", 4096), ("H200", "i", 1000)]  # fmt: skip
     assert any("int8 on B300" in n for n in notes) and any("fp4 on H200" in n for n in notes)
     flop = 2e9
-    # B200 int8 at half the datasheet rate; traffic at half of 8 TB/s: A, B, C in float64, 10 planes of
-    # (MK + KN) bytes, 4 moduli of int32 written and read.
-    traffic = 8 * 3e6 + 10 * 2e6 + 4 * 8e6
-    want = 10 * flop / (0.5 * 4.5e15) + traffic / (0.5 * 8e12)
+    # B200 int8 at half the datasheet rate, the two code GEMMs of the plan too; traffic at half of 8 TB/s:
+    # the plan's three reads of A and B and two codes per entry, the encode's read of A and B and 10 planes
+    # of (MK + KN) bytes, 4 moduli of byte residues written and read, C written.
+    traffic = 26 * 2e6 + (8 + 10) * 2e6 + 2 * 4 * 1e6 + 8 * 1e6
+    want = (10 + 2) * flop / (0.5 * 4.5e15) + traffic / (0.5 * 8e12)
     assert got[("B200", "i", 1000)]["model_s"] == pytest.approx(want, rel=1e-12)
-    # fp4 takes fp8's measured efficiency (a quarter); DGEMM runs at half of the datasheet FP64 rate.
+    # fp4 takes fp8's measured efficiency (a quarter), and so do the code GEMMs on the B300, which has no
+    # int8 worth using (its fastest unit, fp4); DGEMM runs at half of the datasheet FP64 rate.
     fp4 = got[("B300", "f", 1000)]
-    want = 59 * flop / (0.25 * 13e15) + (8 * 3e6 + 59 * 2e6 * 0.5 + 21 * 8e6) / (0.5 * 8e12)
+    want = (59 + 2) * flop / (0.25 * 13e15) + (26 * 2e6 + (8 + 59 * 0.5) * 2e6 + 2 * 21 * 1e6 + 8 * 1e6) / (0.5 * 8e12)
     assert fp4["model_s"] == pytest.approx(want, rel=1e-12)
     assert fp4["dgemm_model_s"] == pytest.approx(flop / (0.5 * 1.25e12), rel=1e-12)
     assert fp4["speedup"] == pytest.approx(fp4["dgemm_model_s"] / fp4["model_s"], rel=1e-12)

@@ -33,23 +33,24 @@ def test_profiles_are_keyed_by_name_and_capability():
     assert b200.fp64 == pytest.approx(40e12 * 58.6 / 67)
     assert b200.rates["fp4"] == pytest.approx(9e15 * H200.rates["int8"] / 1979e12)
     assert b200.encode_efficiency == H200.encode_efficiency and b200.overhead == H200.overhead
+    assert b200.plan_efficiency == H200.plan_efficiency
 
 
 @pytest.mark.parametrize("shape", list(cost.H200_RECORD))
 def test_h200_model_against_its_record(shape):
-    # Calibrated not to flatter the emulation: no stage is predicted faster than recorded,
-    # except the skinny shape's products (the fit's stated miss).
+    # Calibrated on the record: each recorded call's whole time within a fifth, the products
+    # exact through the two shapes their rate is fitted on, and the verdict the measured one
+    # wherever the emulation and DGEMM differ by more than that.
     m, k, n = shape
-    got = cost.predict(H200, m, k, n, digits="int8", planes=23, moduli=23)
-    encode, products, decode = cost.H200_RECORD[shape]
-    assert got.encode >= encode * (1 - 1e-12) and got.decode >= decode * (1 - 1e-12)
-    if shape != (65536, 4096, 256):
-        assert got.products >= products * (1 - 1e-12)
-        assert got.products <= 1.25 * products
-    if m == k == n and n <= 8192:  # the two points the products are fitted through
-        assert got.products == pytest.approx(products, rel=1e-9)
-    # On every recorded shape the measured emulation lost to DGEMM; the model agrees.
-    assert cost.verdict(H200, m, k, n, digits="int8", planes=23, moduli=23).native
+    moduli, *stages, dgemm = cost.H200_RECORD[shape]
+    got = cost.predict(H200, m, k, n, digits="int8", planes=moduli, moduli=moduli)
+    assert got.total == pytest.approx(sum(stages), rel=0.2)
+    squares = sorted(s for s in cost.H200_RECORD if len(set(s)) == 1)[-2:]
+    if shape in squares:
+        assert got.products == pytest.approx(stages[2], rel=1e-9)
+    verdict = cost.verdict(H200, m, k, n, digits="int8", planes=moduli, moduli=moduli)
+    if max(sum(stages), dgemm) > 1.2 * min(sum(stages), dgemm):
+        assert verdict.native == (sum(stages) > dgemm)
 
 
 @pytest.mark.parametrize("key", sorted(cost.DEVICES))
@@ -75,7 +76,7 @@ def test_no_rate_no_claim():
 
 def test_emulation_wins_where_the_tensor_cores_are_far_faster():
     # A device 1000x faster on int8 than on float64, at a large square: the model must say emulate.
-    fast = cost.Profile("fast", 1e12, {"int8": 1e15}, 8e12, 0.5, 0.5, 1e-3, "test")
+    fast = cost.Profile("fast", 1e12, {"int8": 1e15}, 8e12, 0.5, 0.5, 0.5, 1e-3, "test")
     verdict = cost.verdict(fast, 16384, 16384, 16384, digits="int8", planes=16, moduli=16)
     assert not verdict.native and "<= DGEMM" in str(verdict)
     # ...and DGEMM at a tiny one, where the fixed overhead alone outweighs it.
@@ -84,20 +85,20 @@ def test_emulation_wins_where_the_tensor_cores_are_far_faster():
 
 def test_workspace_prediction():
     # One block of all rows: B's and A's planes (int8 read in place, kernels.products._joined;
-    # other digits add the operand copy) and the int32 residues, or, if more, the decode's
+    # other digits add the operand copy) and the byte residues, or, if more, the decode's
     # residues and float64 rows.
     got = cost.workspace_bytes(100, 200, 300, digits="int8", planes=23, moduli=20, block_rows=100)
-    assert got == 23 * (100 * 200 + 200 * 300) + 4 * 20 * 100 * 300
+    assert got == 23 * (100 * 200 + 200 * 300) + 20 * 100 * 300
     assert cost.workspace_bytes(100, 200, 300, digits="fp4", planes=58, moduli=19, block_rows=100) == \
-        round(58 * 1.5 * (100 * 200 + 200 * 300)) + 4 * 19 * 100 * 300
-    assert cost.workspace_bytes(100, 20, 300, digits="int8", planes=23, moduli=20, block_rows=100) == \
-        23 * 20 * 300 + (4 * 20 + 8) * 100 * 300
+        round(58 * 1.5 * (100 * 200 + 200 * 300)) + 19 * 100 * 300
+    assert cost.workspace_bytes(100, 2, 300, digits="int8", planes=23, moduli=20, block_rows=100) == \
+        23 * 2 * 300 + (20 + 8) * 100 * 300
     # Blocks of h rows: B's planes, and one block's share of the rest.
     assert cost.workspace_bytes(1000, 200, 300, digits="int8", planes=23, moduli=20, block_rows=128) == \
-        23 * 200 * 300 + 128 * (23 * 200 + 4 * 20 * 300)
+        23 * 200 * 300 + 128 * (23 * 200 + 20 * 300)
     n = 16384
     unblocked = cost.workspace_bytes(n, n, n, digits="int8", planes=23, moduli=23, block_rows=n) / (8 * 3 * n * n)
-    assert unblocked == pytest.approx((2 * 23 + 4 * 23) / 24)  # 5.75: over the budget of 2 (cost.WORKSPACE_BUDGET)
+    assert unblocked == pytest.approx((2 * 23 + 23) / 24)  # 2.875: over the budget of 2 (cost.WORKSPACE_BUDGET)
 
 
 @pytest.mark.parametrize("shape", list(cost.H200_RECORD) + [(1024, 1024, 1024), (100, 200, 300), (1, 5000, 5000),
@@ -107,7 +108,8 @@ def test_streamed_workspace_stays_within_the_budget(shape, digits, planes, modul
     m, k, n = shape
     sizes = dict(digits=digits, planes=planes, moduli=moduli)
     rows = cost.stream_rows(m, k, n, **sizes)
-    budget = cost.WORKSPACE_BUDGET * 8 * (m * k + k * n + m * n)
+    # The blocks are planned to a share of the budget (the allocator's rounding beside them).
+    budget = cost.PLANNED_SHARE * cost.WORKSPACE_BUDGET * 8 * (m * k + k * n + m * n)
     assert cost.workspace_bytes(m, k, n, **sizes) == cost.workspace_bytes(m, k, n, **sizes, block_rows=rows)
     assert rows >= 1 and (rows == max(m, 1) or rows % cost.ROW_GRANULE == 0)
     if cost.workspace_bytes(m, k, n, **sizes, block_rows=min(cost.ROW_GRANULE, max(m, 1))) > budget:
@@ -154,13 +156,14 @@ def test_cpu_never_goes_native():
     assert planning.native_verdict(16384, 16384, 16384, "fp64", "auto", torch.device("cpu")) is None
 
 
-@pytest.mark.parametrize("n", [4096, 8192, 16384])
+@pytest.mark.parametrize("n", [256, 1024, 4096])
 def test_h200_with_int8_plans_goes_native(as_h200, n):
     # The real decision on an H200: the int8 plan for 53-bit rows (the one choose_moduli
-    # takes for auto on CUDA) against DGEMM, before any data is read.
+    # takes for auto on CUDA) against DGEMM, before any data is read, at sizes where the
+    # record's emulation is far behind DGEMM.
     plan = planning.moduli_for("int8", n, crt_capacity(n, 53, 53), torch.device("cpu"))
     verdict = planning.native_verdict(n, n, n, "fp64", "auto", torch.device("cpu"), plan)
-    assert verdict.native and verdict.emulated.products > verdict.dgemm * 0.8, verdict
+    assert verdict.native and verdict.emulated.total > 2 * verdict.dgemm, verdict
 
 
 def test_auto_fp64_runs_native_and_says_so(as_h200, caplog):

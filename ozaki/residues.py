@@ -18,7 +18,6 @@ import math
 from functools import cache
 from typing import Sequence
 
-import sympy
 import torch
 
 from kernels.float64 import FLOAT64_EXACT, MAX_EXPONENT, SIGNIFICAND_BITS
@@ -135,6 +134,10 @@ def reference_moduli(k: int, min_product: int) -> tuple[int, ...]:
 @cache
 def _primes_below(bound: int, count: int) -> tuple[int, ...]:
     """The ``count`` largest primes ≤ bound, descending."""
+    # Imported here: sympy takes a third of a second to import, which every process would pay
+    # on its first product while only the reference engine's moduli need it.
+    import sympy
+
     if count == 1:
         return (sympy.prevprime(bound + 1),)
     head = _primes_below(bound, count - 1)

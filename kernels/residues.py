@@ -2,16 +2,20 @@
 
 For each entry the kernel forms the integer round(x * 2**shift) (ties to even) from the
 float64 bit pattern as n * 2**p with |n| < 2**53 and p >= 0 -- the only 64-bit integer
-work, once per entry -- and then, per modulus m, its residue in cheap exact float
-arithmetic: n mod m in float64, times the tabled 2**p mod m in float32.  Every
-intermediate is an integer the float type holds exactly (see ``_encode_kernel``), so the
-result does not depend on whether the compiler, or Triton's interpreter, fuses a multiply
-and an add into one rounding.  It writes the value each plane of that
-modulus' encoding stores for the residue: for an encoding whose one plane stores the
-residue itself (every int8 plan) that value is computed, else it is looked up in the
-encoding's plane table.  The output is the plane GEMM's operand layout:
+work, once per entry.  A small p (up to 10, the common case: a row scaled to at most 60 bits
+puts even its largest entries at p <= 7) goes into n itself; a larger one is looked up per
+modulus in a table of 2**p mod m, read only by tiles that hold such entries.  Per modulus m
+the residue is then a few float64 operations on integers below 2**53: one integer c
+congruent to the entry, the quotient rounded by adding 1.5 * 2**52, and c minus quotient
+times m, whose bits are the integer -- no float rounding or conversion instruction, which run
+at a quarter of the float rate or less.  Every intermediate is exact (see
+``_store_residue``), so the result does not depend on whether the compiler, or Triton's
+interpreter, fuses a multiply and an add into one rounding.  It writes the value each plane
+of that modulus' encoding stores for the residue: where every encoding's one plane stores
+the residue itself (every int8 plan) the kernel computes the value, else it looks it up in
+the encodings' plane tables.  The output is the plane GEMM's operand layout:
 ``[planes, ..., rows, K]`` with K contiguous; the input may be any strided view (Bᵀ is read
-in place).
+in place).  An inf or nan sets a flag in the kernel; the launcher raises.
 
 The per-row shift comes from the caller (``ozaki.scaling.row_shifts``, which the pipeline
 computes anyway), so the kernel reads the input once.  The bits are those of the staged
@@ -30,11 +34,13 @@ import triton.language as tl
 
 from kernels import ptx
 
-__all__ = ["ENCODE_BLOCK", "MAX_MODULUS", "MAX_SHIFT", "compile_ptx", "encode_planes"]
+__all__ = ["ENCODE_BLOCK", "ENCODE_WARPS", "MAX_MODULUS", "MAX_SHIFT", "compile_ptx", "encode_planes"]
 
-# Rows x K per program; the kernel is elementwise, so any power-of-two tile is correct.
+# Rows x K per program and warps per program: the kernel is elementwise, so any power-of-two
+# tile is correct; encode_planes takes others (block=, num_warps=) for a sweep on the GPU.
 ENCODE_BLOCK = (16, 128)
-# (m - 1)**2 + (m - 1) = m * (m - 1) < 2**24 for m <= 2**12: the float32 step below is exact.
+ENCODE_WARPS = 4
+# The residue step keeps |c| < 2**45 and rounds c/m within 1/(2m) (see _encode_kernel).
 MAX_MODULUS = 2**12
 # Bounds the exponents (int32 in the kernel) and the table of 2**p mod m, whose p reach
 # max(shift) + 971 (the weight of the last significand bit of the largest float64 is 2**971).
@@ -42,16 +48,54 @@ MAX_MODULUS = 2**12
 # spans 2**1024 … 2**-1074) and its top lies in [-1073, 1024].
 MAX_SHIFT = 2**15
 _TOP_ULP_EXPONENT = 971
-# The kernel splits each scaled integer n (|n| < 2**53) as high * 2**SPLIT_BITS + low.
-_SPLIT_BITS = 26
+# The kernel splits each scaled integer n (|n| < 2**63) as high * 2**SPLIT_BITS + low.
+_SPLIT_BITS = 32
+# Powers up to this go into the int64 integer (|n| < 2**53 times 2**10 < 2**63); larger ones
+# are looked up in the table of 2**p mod m.
+_SMALL_POWER = 10
+# 1.5 * 2**52: added to a float64 of magnitude below 2**51 it rounds to an integer (the ulp
+# there is 1), whose bit pattern is 0x4338000000000000 plus that integer.
+_ROUNDER = tl.constexpr(1.5 * 2**52)
+
+
+@triton.jit
+def _store_residue(c, out_ptrs, mask, g, modulus_ptr, inverse_ptr, center_ptr, plane_start_ptr, table_ptr,
+                   stride_table, stride_plane, COMPUTED: tl.constexpr):
+    # c is an integer congruent to the scaled entry, |c| < 2**45 (see _encode_kernel), exact in
+    # float64.  value = c - q * m, the representative of c in [base, base + m) (base: the
+    # encoding's least input where the value is stored, else 0: the residue indexes the plane
+    # tables), with the window's center z = base + (m - 1)/2 and q = round((c - z) / m):
+    # c - z - q*m lies in [-m/2, m/2] and is an integer (m odd) or half an odd one (m even), so
+    # it lies in [-(m - 1)/2, (m - 1)/2], and (c - z)/m is at least 1/(2m) from any
+    # half-integer, where rounding could tie.  So any s within 1/(2m) of (c - z)/m rounds to q:
+    # s = c * inverse + center, inverse = fl(1/m), center = fl(-z/m), is off by at most
+    # 3.01u (|c| + |z|)/m (u = 2**-53: the roundings of inverse, center, the product and the
+    # sum, fused or not), below 1/(2m) for |c| < 2**45 and |z| < 2**16.
+    # Adding 1.5 * 2**52 to s (|s| < 2**45) rounds it to the nearest integer, as the float's ulp
+    # there is 1, and subtracting it again is exact (Sterbenz): q without a float-to-integer
+    # conversion.  q * m is an integer with |q * m| <= |c| + |z| + m < 2**46, so c - q * m is
+    # exact, fused or not; plus 1.5 * 2**52 (|value| < 2**51) it is exact again and has the bit
+    # pattern of the int64 0x4338000000000000 + value: the low 32 bits are value.
+    s = c * tl.load(inverse_ptr + g) + tl.load(center_ptr + g)
+    q = (s + _ROUNDER) - _ROUNDER
+    value = ((c - q * tl.load(modulus_ptr + g)) + _ROUNDER).to(tl.int64, bitcast=True).to(tl.int32)
+    if COMPUTED:
+        # Every encoding stores one plane holding the input itself (plane g): the value.
+        tl.store(out_ptrs + g * stride_plane, value.to(out_ptrs.dtype.element_ty), mask=mask)
+    else:
+        # The value is the index into the encoding's plane tables, in [0, m).
+        for t in range(tl.load(plane_start_ptr + g), tl.load(plane_start_ptr + g + 1)):
+            tl.store(out_ptrs + t * stride_plane, tl.load(table_ptr + t * stride_table + value, mask=mask, other=0),
+                     mask=mask)
 
 
 @triton.jit
 def _encode_kernel(
-    x_ptr, shift_ptr, modulus_ptr, inverse64_ptr, split_ptr, inverse32_ptr, offset_ptr, low_ptr, identity_ptr,
-    pow_ptr, plane_start_ptr, table_ptr, out_ptr,
-    rows, K, stride_xr, stride_xk, n_groups, stride_table, stride_plane,
-    BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_BITS: tl.constexpr,
+    x_ptr, shift_ptr, modulus_ptr, inverse_ptr, center_ptr, split_ptr, pow_ptr, plane_start_ptr, table_ptr,
+    out_ptr, flag_ptr,
+    rows, K, stride_xr, stride_xk, stride_table, stride_plane,
+    N_MODULI: tl.constexpr, COMPUTED: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
+    SPLIT_BITS: tl.constexpr, SMALL_POWER: tl.constexpr,
 ):
     offs_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     offs_k = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
@@ -64,6 +108,12 @@ def _encode_kernel(
     # (subnormals: no hidden bit), then the integer round(|x| * 2**shift) = integer * 2**power.
     pattern = x.to(tl.int64, bitcast=True)
     biased = ((pattern >> 52) & 0x7FF).to(tl.int32)
+    # Exponent field 0x7FF: inf or nan.  Only such entries touch the flag (the launcher raises),
+    # so a finite launch pays no atomic; they go on as 0, which keeps every read in bounds.
+    finite = biased != 0x7FF
+    tl.atomic_max(flag_ptr + tl.zeros_like(biased), 1, mask=mask & ~finite, sem="relaxed")
+    pattern = tl.where(finite, pattern, 0)
+    biased = tl.where(finite, biased, 0)
     fraction = pattern & 0xFFFFFFFFFFFFF
     significand = tl.where(biased == 0, fraction, fraction | 0x10000000000000)
     exponent = tl.where(biased == 0, -1074, biased - 1075) + shift[:, None]
@@ -76,57 +126,47 @@ def _encode_kernel(
     up = (remainder > half) | ((remainder == half) & ((quotient & 1) == 1))
     integer = tl.where(exponent < 0, quotient + up.to(tl.int64), significand)
     # |n| < 2**53 (a significand, or one shifted right and rounded up to at most 2**52).
-    # Split it as n = high * 2**26 + low (SPLIT_BITS = 26; floor division: 0 <= low < 2**26,
-    # |high| <= 2**27), both exact in float64, so the residue step works on integers under 2**40.
     n = tl.where(pattern < 0, -integer, integer)
-    high = (n >> SPLIT_BITS).to(tl.float64)
+    # A small power goes into the integer itself: |n * 2**power| < 2**53 * 2**SMALL_POWER
+    # = 2**63 is exact in int64 and needs no table.  Only larger powers (the "exact" rule's
+    # wide rows) are looked up per modulus below.
+    power = tl.maximum(exponent, 0)
+    tabled = (power > SMALL_POWER) & (n != 0)
+    n = n << tl.where(tabled, 0, power).to(tl.int64)
+    # n = high * 2**32 + low (SPLIT_BITS = 32; floor division: 0 <= low < 2**32, |high| <= 2**31),
+    # both exact in float64.
+    high = (n >> SPLIT_BITS).to(tl.int32).to(tl.float64)
     low = (n & ((1 << SPLIT_BITS) - 1)).to(tl.float64)
-    # 2**power mod m sits at pow_ptr[power * n_groups + g]; power <= max(shift) + 971 indexes
-    # the table (int32: the launcher checks the table has fewer than 2**31 entries).
-    pow_offsets = tl.maximum(exponent, 0) * n_groups
-
-    for g in range(n_groups):
-        modulus = tl.load(modulus_ptr + g)  # float64, 2 <= m <= MAX_MODULUS
-        # r = n mod m in float64.  c = high * (2**26 mod m) + low is congruent to n, and
-        # |c| < 2**27 * 2**12 + 2**26 < 2**40.  inverse = fl(1/m) = (1/m)(1 + d1) and the product
-        # rounds once more (u = 2**-53): |fl(c * inverse) - c/m| <= |c/m| (2u + u^2) < 1, so
-        # q = floor(fl(c * inverse)) is floor(c/m) - 1, + 0 or + 1, |q*m| <= |c| + m < 2**41,
-        # and c - q*m is an integer in [-m, 2m).  Each value is an integer below 2**53, so
-        # every operation is exact, fused into an fma or not.
-        c = high * tl.load(split_ptr + g) + low
-        q = tl.floor(c * tl.load(inverse64_ptr + g))
-        r = c - q * modulus
-        r = tl.where(r < 0, r + modulus, r)
-        r = tl.where(r >= modulus, r - modulus, r)
-        # v = (r * (2**power mod m) + offset) mod m in float32, offset = (-low) mod m so that
-        # v is the table index (residue - low) mod m.  Every operand is an integer below m, so
-        # r * (2**power mod m) + offset <= m (m - 1) < 2**24 is exact in float32.  Then as
-        # above with float32's u = 2**-24: inverse32 = fl32(fl64(1/m)) is within 2**-24 (1 + 2**-28) of 1/m, so
-        # |fl32(v * inverse32) - v/m| < v/m * 2**-22.99 < 2**12 * 2**-22.99 < 1, q <= m,
-        # q*m <= m**2 <= 2**24 is exact and v - q*m lies in [-m, 2m): exact, fused or not.
-        modulus32 = modulus.to(tl.float32)
-        power = tl.load(pow_ptr + pow_offsets + g, mask=mask, other=0.0)
-        v = r.to(tl.float32) * power + tl.load(offset_ptr + g)
-        v = v - tl.floor(v * tl.load(inverse32_ptr + g)) * modulus32
-        v = tl.where(v < 0, v + modulus32, v)
-        index = tl.where(v >= modulus32, v - modulus32, v).to(tl.int32)
-        out_offsets = offs_r[:, None].to(tl.int64) * K + offs_k[None, :]
-        t_start = tl.load(plane_start_ptr + g)
-        if tl.load(identity_ptr + g) != 0:
-            # One plane storing the input itself: the value for input low + index.
-            value = index + tl.load(low_ptr + g)
-            tl.store(out_ptr + tl.cast(t_start, tl.int64) * stride_plane + out_offsets,
-                     value.to(out_ptr.dtype.element_ty), mask=mask)
-        else:
-            for t in range(t_start, tl.load(plane_start_ptr + g + 1)):
-                value = tl.load(table_ptr + t * stride_table + index, mask=mask, other=0)
-                tl.store(out_ptr + tl.cast(t, tl.int64) * stride_plane + out_offsets, value, mask=mask)
+    # 2**p mod m sits at pow_ptr[p * N_MODULI + g]: the tabled lanes need p = power (the
+    # weight of low) and p = power + SPLIT_BITS (that of high).  power <= max(shift) + 971
+    # indexes the table (int32: the launcher checks the table has fewer than 2**31 entries).
+    pow_offsets = power * N_MODULI
+    out_ptrs = out_ptr + offs_r[:, None].to(tl.int64) * K + offs_k[None, :]
+    stride_plane = tl.cast(stride_plane, tl.int64)  # planes * rows * K passes 2**31
+    # Per modulus, c = high * (2**(power + 32) mod m) + low * (2**power mod m) is congruent to
+    # the scaled integer, |c| < 2**31 * 2**12 + 2**32 * 2**12 < 2**45: an integer, exact in
+    # float64, fused into an fma or not.  A tile without tabled lanes (the "fp64" rule's
+    # rows) takes the weights of power 0 and reads no table.  Two loops rather than a branch
+    # per modulus: the gathers may compile to a layout of their own (Triton 3.6), which then
+    # stays in the tabled loop instead of costing every tile a shuffle per modulus.
+    if tl.max(tabled.to(tl.int32)) != 0:
+        for g in tl.static_range(N_MODULI):
+            # Masked: the lanes of small powers read nothing and take the weights of power 0.
+            high_weight = tl.load(pow_ptr + pow_offsets + SPLIT_BITS * N_MODULI + g, mask=tabled,
+                                  other=tl.load(split_ptr + g))
+            low_weight = tl.load(pow_ptr + pow_offsets + g, mask=tabled, other=1.0)
+            _store_residue(high * high_weight + low * low_weight, out_ptrs, mask, g, modulus_ptr, inverse_ptr,
+                           center_ptr, plane_start_ptr, table_ptr, stride_table, stride_plane, COMPUTED)
+    else:
+        for g in tl.static_range(N_MODULI):
+            _store_residue(high * tl.load(split_ptr + g) + low, out_ptrs, mask, g, modulus_ptr, inverse_ptr,
+                           center_ptr, plane_start_ptr, table_ptr, stride_table, stride_plane, COMPUTED)
 
 
 @lru_cache(maxsize=8)
 def _power_table(moduli: tuple[int, ...], size: int, device: torch.device) -> torch.Tensor:
-    """[size, moduli] float32 with 2**p mod m at [p, i], by square and multiply over p's bits
-    (products below m**2 <= 2**24 in int64; values below m, exact in float32).  Laid out by
+    """[size, moduli] float64 with 2**p mod m at [p, i], by square and multiply over p's bits
+    (products below m**2 <= 2**24 in int64; values below m, exact in float64).  Laid out by
     power: the values one entry needs for all moduli share a cache line.  Sizes are powers
     of two, so a few tables serve every call."""
     m = torch.tensor(moduli, dtype=torch.int64)
@@ -136,7 +176,7 @@ def _power_table(moduli: tuple[int, ...], size: int, device: torch.device) -> to
     for bit in range(size.bit_length()):
         table = torch.where((p >> bit) & 1 == 1, table * square % m, table)
         square = square * square % m
-    return table.to(torch.float32).to(device)
+    return table.to(torch.float64).to(device)
 
 
 def _is_identity(table: list[list[int]], low: int, modulus: int) -> bool:
@@ -145,12 +185,15 @@ def _is_identity(table: list[list[int]], low: int, modulus: int) -> bool:
     return len(table) == 1 and table[0][:modulus] == list(range(low, low + modulus))
 
 
-def encode_planes(x: torch.Tensor, shift: torch.Tensor, encodings: Sequence, side: str) -> torch.Tensor:
+def encode_planes(x: torch.Tensor, shift: torch.Tensor, encodings: Sequence, side: str, *,
+                  block: tuple[int, int] = ENCODE_BLOCK, num_warps: int = ENCODE_WARPS) -> torch.Tensor:
     """Digit planes ``[sum of plane counts, ..., rows, K]`` of the integers
     round(x * 2**shift) (ties to even, one shift per row), for each residue encoding in turn
     (int8 when every plane value fits, else int16).  ``x`` is float64 ``[..., rows, K]``, any
     strides (for B pass Bᵀ: rows are B's columns); ``shift`` is int64 ``[..., rows]`` with
-    |shift| <= MAX_SHIFT, normally ``ozaki.scaling.row_shifts(x, bits)``; ``side`` is "a" or "b"."""
+    |shift| <= MAX_SHIFT, normally ``ozaki.scaling.row_shifts(x, bits)``; ``side`` is "a" or "b".
+    ``block`` (BLOCK_R, BLOCK_K, powers of two) and ``num_warps`` change the speed, never the
+    result.  An inf or nan in x raises ValueError (found by the kernel, after the launch)."""
     if not isinstance(x, torch.Tensor) or x.dtype != torch.float64:
         raise TypeError(f"x must be a float64 tensor, got {getattr(x, 'dtype', type(x).__name__)}")
     if x.dim() < 2:
@@ -160,8 +203,6 @@ def encode_planes(x: torch.Tensor, shift: torch.Tensor, encodings: Sequence, sid
     if shift.numel() and int(shift.abs().max()) > MAX_SHIFT:
         raise ValueError(f"shift per row must lie in [-{MAX_SHIFT}, {MAX_SHIFT}] (int32 exponents, a bounded "
                          f"table of powers of two); got {int(shift.min())} … {int(shift.max())}")
-    if not bool(torch.isfinite(x).all()):
-        raise ValueError("x holds inf or nan: only finite rows can be scaled to integers")
     if side not in ("a", "b"):
         raise ValueError(f"side must be 'a' or 'b', got {side!r}")
     if not encodings:
@@ -169,18 +210,27 @@ def encode_planes(x: torch.Tensor, shift: torch.Tensor, encodings: Sequence, sid
     for encoding in encodings:
         if encoding.modulus is None or not 2 <= encoding.modulus <= MAX_MODULUS:
             raise ValueError(f"encoding {encoding.name} is no residue encoding with a modulus in [2, {MAX_MODULUS}] "
-                             "(the float32 residue step is exact only up to there)")
+                             "(the float64 residue step is exact only up to there)")
+    if len(block) != 2 or any(b < 1 or b & (b - 1) for b in block):
+        raise ValueError(f"block must be two powers of two (BLOCK_R, BLOCK_K), got {block}")
 
     moduli = [e.modulus for e in encodings]
     lows = [(e.a if side == "a" else e.b).min for e in encodings]
     plane_tables = [e.plane_table(side) for e in encodings]
-    tables = [torch.tensor(t, dtype=torch.int64) for t in plane_tables]
-    width = max(table.shape[1] for table in tables)
-    table = torch.cat([torch.nn.functional.pad(t, (0, width - t.shape[1])) for t in tables])
-    fits_int8 = -128 <= int(table.min()) and int(table.max()) <= 127
+    fits_int8 = all(-128 <= v <= 127 for t in plane_tables for plane in t for v in plane)
+    # Every plane stores its input (every int8 plan): the kernel computes each value, in
+    # [low, low + m), which the output type holds, so |low| <= 2**15.  Otherwise it computes
+    # the residue in [0, m) and looks the planes up in tables indexed by it: column j holds
+    # what each plane stores for the input congruent to j in [low, low + m).
+    computed = all(_is_identity(t, low, m) for t, low, m in zip(plane_tables, lows, moduli))
+    bases = lows if computed else [0] * len(moduli)
+    width = max(moduli)
+    table = torch.cat([torch.nn.functional.pad(torch.tensor(t, dtype=torch.int64)[:, [(j - low) % m for j in range(m)]],
+                                               (0, width - m))
+                       for t, low, m in zip(plane_tables, lows, moduli)])
     plane_start = [0]
-    for t in tables:
-        plane_start.append(plane_start[-1] + t.shape[0])
+    for t in plane_tables:
+        plane_start.append(plane_start[-1] + len(t))
 
     rows, k = x[..., 0].numel(), x.shape[-1]
     out_dtype = torch.int8 if fits_int8 else torch.int16
@@ -188,8 +238,9 @@ def encode_planes(x: torch.Tensor, shift: torch.Tensor, encodings: Sequence, sid
     if out.numel() == 0:
         return out
     flat = x.reshape(rows, k)  # a view for any 2-D input: Bᵀ is read in place
-    # Every scaled integer is integer * 2**power with power <= max(shift) + 971.
-    count = max(int(shift.max()) + _TOP_ULP_EXPONENT, 0) + 1
+    # Every scaled integer is integer * 2**power with power <= max(shift) + 971; the kernel
+    # also reads 2**(power + SPLIT_BITS) mod m.
+    count = max(int(shift.max()) + _TOP_ULP_EXPONENT, 0) + 1 + _SPLIT_BITS
     size = max(1024, 1 << (count - 1).bit_length())
     if size * len(moduli) >= 2**31:
         raise ValueError(f"{size} powers of two for {len(moduli)} moduli pass int32 table offsets; encode fewer "
@@ -200,31 +251,42 @@ def encode_planes(x: torch.Tensor, shift: torch.Tensor, encodings: Sequence, sid
     def column(values, dtype):
         return torch.tensor(values, dtype=dtype, device=device)
 
-    grid = (triton.cdiv(rows, ENCODE_BLOCK[0]), triton.cdiv(k, ENCODE_BLOCK[1]))
+    # The window [base, base + m) of each modulus' values: its center z = base + (m - 1)/2
+    # enters as fl(-z/m) (Python's division is correctly rounded).
+    centers = [-(base + (m - 1) / 2) / m for base, m in zip(bases, moduli)]
+    flag = torch.zeros(1, dtype=torch.int32, device=device)
+    grid = (triton.cdiv(rows, block[0]), triton.cdiv(k, block[1]))
     _encode_kernel[grid](
         flat, shift.reshape(rows).to(torch.int32),
         column(moduli, torch.float64), column([1.0 / m for m in moduli], torch.float64),
-        column([2**_SPLIT_BITS % m for m in moduli], torch.float64),
-        column([1.0 / m for m in moduli], torch.float32), column([-low % m for low, m in zip(lows, moduli)],
-                                                                  torch.float32),
-        column(lows, torch.int32),
-        column([_is_identity(t, low, m) for t, low, m in zip(plane_tables, lows, moduli)], torch.int32),
-        powers, column(plane_start, torch.int32), table.to(device=device, dtype=out_dtype), out,
-        rows, k, flat.stride(0), flat.stride(1), len(moduli), table.stride(0), rows * k,
-        BLOCK_R=ENCODE_BLOCK[0], BLOCK_K=ENCODE_BLOCK[1], SPLIT_BITS=_SPLIT_BITS,
+        column(centers, torch.float64), column([2**_SPLIT_BITS % m for m in moduli], torch.float64),
+        powers, column(plane_start, torch.int32), table.to(device=device, dtype=out_dtype), out, flag,
+        rows, k, flat.stride(0), flat.stride(1), table.stride(0), rows * k,
+        N_MODULI=len(moduli), COMPUTED=computed, BLOCK_R=block[0], BLOCK_K=block[1], SPLIT_BITS=_SPLIT_BITS,
+        SMALL_POWER=_SMALL_POWER, num_warps=num_warps,
     )
+    if int(flag):
+        raise ValueError("x holds inf or nan: only finite rows can be scaled to integers")
     return out
 
 
-def compile_ptx(capability: int = 90) -> str:
-    """PTX of the encode kernel on ``sm_<capability>``, compiled without a GPU (int8 planes,
-    unit K stride as for A).  Needs a process without ``TRITON_INTERPRET=1`` (see
+def compile_ptx(capability: int = 90, operand: str = "a", computed: bool = True, n_moduli: int = 16) -> str:
+    """PTX of the encode kernel on ``sm_<capability>``, compiled without a GPU as a launch at
+    n = 16384 specializes it (16-byte aligned data, sizes and strides multiples of 16) for int8
+    planes and the operand's unit stride: "a" reads K contiguous (rows of A), "b" rows
+    contiguous (Bᵀ).  ``computed``: every plane stores its input (int8 plans), else planes
+    come from tables.  Needs a process without ``TRITON_INTERPRET=1`` (see
     :func:`kernels.ptx.compile_kernel`)."""
-    pointers = {"x_ptr": "*fp64", "shift_ptr": "*i32", "modulus_ptr": "*fp64", "inverse64_ptr": "*fp64",
-                "split_ptr": "*fp64", "inverse32_ptr": "*fp32", "offset_ptr": "*fp32", "pow_ptr": "*fp32",
-                "out_ptr": "*i8", "table_ptr": "*i8"}
-    constexprs = {"BLOCK_R": ENCODE_BLOCK[0], "BLOCK_K": ENCODE_BLOCK[1], "SPLIT_BITS": _SPLIT_BITS, "stride_xk": 1}
-    signature = {name: pointers.get(name, "*i32" if name.endswith("_ptr") else "i32")
-                 for name in _encode_kernel.arg_names}
+    unit, other = {"a": ("stride_xk", "stride_xr"), "b": ("stride_xr", "stride_xk")}.get(operand, (None, None))
+    if unit is None:
+        raise ValueError(f"operand must be 'a' or 'b', got {operand!r}")
+    pointers = {"x_ptr": "*fp64", "shift_ptr": "*i32", "modulus_ptr": "*fp64", "inverse_ptr": "*fp64",
+                "center_ptr": "*fp64", "split_ptr": "*fp64", "pow_ptr": "*fp64", "plane_start_ptr": "*i32",
+                "table_ptr": "*i8", "out_ptr": "*i8", "flag_ptr": "*i32"}
+    constexprs = {"N_MODULI": n_moduli, "COMPUTED": computed, "BLOCK_R": ENCODE_BLOCK[0],
+                  "BLOCK_K": ENCODE_BLOCK[1], "SPLIT_BITS": _SPLIT_BITS, "SMALL_POWER": _SMALL_POWER, unit: 1}
+    signature = {name: pointers.get(name, "i32") for name in _encode_kernel.arg_names}
     signature.update({name: "constexpr" for name in constexprs})
-    return ptx.compile_ptx(_encode_kernel, signature, constexprs, capability=capability)
+    divisible = [*pointers, "rows", "K", other, "stride_plane"]
+    return ptx.compile_ptx(_encode_kernel, signature, constexprs, divisible=divisible, capability=capability,
+                           num_warps=ENCODE_WARPS)

@@ -68,8 +68,9 @@ def _encoding(name, m, digits, a, b, planes):
 FP4 = [_one_limb(7, "fp4"), _one_limb(8, "fp4", (3, -2)), _one_limb(13, "fp4", (3, -1, 12)), _two_limb(89)]
 INT8 = [_one_limb(256, "int8"), _one_limb(251, "int8"), _one_limb(255, "int8")]
 FP8 = [_one_limb(17, "fp8", (9, -8), largest=True), _one_limb(13, "fp8")]  # values to 448: int16 planes
-# Moduli at the kernel's bound (2**12: its float32 step stays below 2**24), int8 digits in two
-# limbs of base 64, next to a one-plane identity encoding: both plane paths in one launch.
+# Moduli at the kernel's bound (2**12: its float64 residue step rounds c/m within 1/(2m)), int8
+# digits in two limbs of base 64, next to one-plane identity encodings, which a launch with
+# table encodings looks up too.
 WIDE = [_two_limb(MAX_MODULUS, 64, "int8"), _two_limb(4093, 64, "int8"), _one_limb(251, "int8"), _one_limb(2, "int8")]
 ENCODINGS = {"fp4": FP4, "int8": INT8, "fp8": FP8, "wide": WIDE}
 
@@ -123,7 +124,8 @@ def test_fused_encode_equals_staged_path(kind, bits, name, side):
 
 
 def test_one_plane_storing_the_input_takes_the_computed_path():
-    # The kernel skips the table lookup for these; the tests above prove the bits equal.
+    # A launch whose encodings all are such computes the values (INT8 above), a mixed one looks
+    # them up (WIDE); the tests above prove the bits equal either way.
     every = FP4 + INT8 + FP8 + WIDE
     computed = {e.name for e in every if kernels.residues._is_identity(e.plane_table("a"), e.a.min, e.modulus)}
     assert computed == {"res7-fp4-1", "res256-int8-1", "res251-int8-1", "res255-int8-1", "res13-fp8-1",
@@ -133,7 +135,7 @@ def test_one_plane_storing_the_input_takes_the_computed_path():
 def test_power_table():
     moduli = (2, 3, 8, 13, 251, 256, 4093, MAX_MODULUS)
     table = kernels.residues._power_table(moduli, 2048, torch.device("cpu"))
-    assert table.dtype == torch.float32 and table.shape == (2048, len(moduli))
+    assert table.dtype == torch.float64 and table.shape == (2048, len(moduli))
     assert table.t().long().tolist() == [[pow(2, p, m) for p in range(2048)] for m in moduli]
 
 
@@ -171,6 +173,53 @@ def test_any_shift_in_range_rounds_to_nearest_even():
             assert torch.equal(got, _exact_planes(x, shift, encodings, "a")), shift
 
 
+@pytest.mark.parametrize("encodings", [INT8, WIDE], ids=["computed", "tables"])
+def test_powers_on_both_sides_of_the_table_threshold(encodings):
+    # Powers up to kernels.residues._SMALL_POWER shift the integer, larger ones read the table
+    # of 2**p mod m.  One row holds every power from 0 to 40 (both sides of the threshold, in
+    # the tile's table loop); alone, the other row's powers stay small under the small shifts
+    # (the loop without table).  Zeros, whose power is large under a large shift, read nothing.
+    rng = np.random.default_rng(7)
+    significands = rng.integers(2**52, 2**53, 41) * rng.choice([-1, 1], 41)
+    mixed = [float(s) * 2.0**(p - 52) for s, p in zip(significands.tolist(), range(41))]
+    small = [v * 2.0**-40 for v in mixed]
+    x = torch.tensor([mixed + [0.0], small + [0.0]], dtype=torch.float64, device=DEVICE)
+    for operand in (x, x[1:]):
+        for shift in (0, 3, 52, 1100):
+            s = torch.full((len(operand),), shift, dtype=torch.int64, device=DEVICE)
+            got = encode_planes(operand, s, encodings, "a").long().cpu()
+            assert torch.equal(got, _exact_planes(operand, shift, encodings, "a")), shift
+
+
+@pytest.mark.parametrize("block, num_warps", [((1, 32), 1), ((4, 64), 2), ((32, 64), 8), ((16, 256), 4)])
+def test_tile_and_warps_change_no_bit(block, num_warps):
+    rng = np.random.default_rng(8)
+    x = rows(rng, (37, 150), "wide")
+    for bt in (x, x.t()):
+        shift = row_shifts(bt, exact_bits(bt))
+        want = encode_planes(bt, shift, WIDE, "b")
+        assert torch.equal(encode_planes(bt, shift, WIDE, "b", block=block, num_warps=num_warps), want)
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
+@pytest.mark.parametrize("transposed", [False, True], ids=["a", "bt"])
+def test_non_finite_entries_are_found_by_the_kernel(value, transposed):
+    # One inf or nan among finite entries, in a tile of its own or not, in A or in a Bᵀ view:
+    # the kernel flags it and the launcher raises; finite rows around it change nothing.
+    rng = np.random.default_rng(9)
+    x = rows(rng, (70, 150), "phi")
+    shift = torch.zeros(70 if not transposed else 150, dtype=torch.int64, device=DEVICE)
+    for i, j in ((0, 0), (69, 149), (33, 77)):
+        bad = x.clone()
+        bad[i, j] = value
+        operand = bad.t() if transposed else bad
+        for encodings in (INT8, WIDE):
+            with pytest.raises(ValueError, match="inf or nan"):
+                encode_planes(operand, shift, encodings, "b" if transposed else "a")
+    operand = x.t() if transposed else x
+    assert encode_planes(operand, shift, INT8, "a").shape == (3, *operand.shape)
+
+
 @settings(max_examples=20, deadline=None)
 @given(values=st.lists(st.floats(allow_nan=False, allow_infinity=False), min_size=1, max_size=40),
        bits=st.integers(0, 200))
@@ -185,6 +234,7 @@ def test_fused_encode_any_finite_row(values, bits):
     [
         (lambda x, b: encode_planes(x.float(), b, FP4, "a"), TypeError, "float64"),
         (lambda x, b: encode_planes(x, b[..., :1], FP4, "a"), ValueError, "one entry per row"),
+        (lambda x, b: encode_planes(x, b, FP4, "a", block=(16, 96)), ValueError, "powers of two"),
         (lambda x, b: encode_planes(x, b.int(), FP4, "a"), ValueError, "int64"),
         (lambda x, b: encode_planes(x, b + MAX_SHIFT, FP4, "a"), ValueError, r"shift per row must lie in"),
         (lambda x, b: encode_planes(x, b - MAX_SHIFT - 5, FP4, "a"), ValueError, r"shift per row must lie in"),
@@ -216,23 +266,34 @@ def test_product_encodings_are_refused():
 _PTX_SCRIPT = """
 import json, sys
 from kernels.residues import compile_ptx
-json.dump({"sm90": compile_ptx(90)}, open(sys.argv[1], "w"))
+json.dump({f"{operand}-{computed}": compile_ptx(90, operand, computed)
+           for operand in "ab" for computed in (True, False)}, open(sys.argv[1], "w"))
 """
 
 
 def test_kernel_compiles_for_sm90_to_exact_float_residues(tmp_path):
-    # Compiled kernels need a process without TRITON_INTERPRET.  The residue steps are float
-    # floors on integers the float types hold exactly (so fusing a multiply and an add, or
-    # not, changes no bit), with no emulated 64-bit division anywhere.
+    # Compiled kernels need a process without TRITON_INTERPRET.  The residue step is float64
+    # arithmetic on integers it holds exactly (so fusing a multiply and an add, or not, changes
+    # no bit) that rounds by adding and subtracting 1.5 * 2**52 and reads integers from the
+    # bits: no float rounding or conversion instruction per modulus, no emulated 64-bit
+    # division, no spills.  Only the rounding constant's two adds must survive as written.
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     done = subprocess.run([sys.executable, "-c", _PTX_SCRIPT, str(tmp_path / "ptx.json")], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
-    ptx = json.loads((tmp_path / "ptx.json").read_text())["sm90"]
-    assert ".entry _encode_kernel" in ptx
-    # (ftz is harmless: every float here is an integer, never subnormal.)
-    for needed in (r"cvt\.rmi\.f64\.f64", r"cvt\.rmi(\.ftz)?\.f32\.f32"):
-        assert re.search(needed, ptx), needed
-    for forbidden in ("div.s64", "rem.s64", "div.u64", "rem.u64", "div.rn.f64", "div.rn.f32"):
-        assert forbidden not in ptx, forbidden
+    for name, ptx in json.loads((tmp_path / "ptx.json").read_text()).items():
+        assert ".entry _encode_kernel" in ptx, name
+        assert re.search(r"add\.f64\s+%\w+, %\w+, 0d4338000000000000", ptx), name
+        assert re.search(r"add\.f64\s+%\w+, %\w+, 0dC338000000000000", ptx), name
+        # Float to integer (cvt.r*i.s32.f64 ...), float rounding (cvt.rmi/rni.f64.f64), float64
+        # to float32: none.  (The one-per-entry integer-to-float conversions remain.)
+        assert not re.search(r"cvt\.r[nzmp]i(\.ftz)?(\.sat)?\.[su]\d+\.f\d+", ptx), name
+        assert not re.search(r"cvt\.r[nzmp]i(\.ftz)?\.f\d+\.f\d+", ptx), name
+        assert not re.search(r"cvt\.\w+(\.ftz)?\.f32\.f64", ptx), name
+        for forbidden in ("div.s64", "rem.s64", "div.u64", "rem.u64", "div.rn.f64", "div.rn.f32", ".local"):
+            assert forbidden not in ptx, (name, forbidden)
+        # The non-finite check is in the kernel: a relaxed max on the flag, for flagged lanes only.
+        assert re.search(r"(atom|red)\.global\.gpu\.relaxed\.max\.s32", ptx), name
+    # A's int8 planes leave in 16-byte stores.
+    assert "st.global.v4.b32" in json.loads((tmp_path / "ptx.json").read_text())["a-True"]

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import lru_cache
+from typing import NamedTuple
 
 import torch
 import triton
@@ -185,6 +186,58 @@ def _is_identity(table: list[list[int]], low: int, modulus: int) -> bool:
     return len(table) == 1 and table[0][:modulus] == list(range(low, low + modulus))
 
 
+class _EncodingTables(NamedTuple):
+    """What a launch for one list of encodings and one side reads besides the data, on its device."""
+
+    moduli: tuple[int, ...]
+    computed: bool  # every plane stores its input: the kernel computes the values, no table
+    out_dtype: torch.dtype
+    plane_count: int
+    modulus: torch.Tensor
+    inverse: torch.Tensor
+    center: torch.Tensor
+    split: torch.Tensor
+    plane_start: torch.Tensor
+    table: torch.Tensor
+
+
+@lru_cache(maxsize=32)
+def _encoding_tables(encodings: tuple, side: str, device: torch.device) -> _EncodingTables:
+    """The launch's tables, built and copied to the device once per (encodings, side, device):
+    a repeated product queues no host-to-device copy."""
+    moduli = tuple(e.modulus for e in encodings)
+    lows = [(e.a if side == "a" else e.b).min for e in encodings]
+    plane_tables = [e.plane_table(side) for e in encodings]
+    fits_int8 = all(-128 <= v <= 127 for t in plane_tables for plane in t for v in plane)
+    # Every plane stores its input (every int8 plan): the kernel computes each value, in
+    # [low, low + m), which the output type holds, so |low| <= 2**15.  Otherwise it computes
+    # the residue in [0, m) and looks the planes up in tables indexed by it: column j holds
+    # what each plane stores for the input congruent to j in [low, low + m).
+    computed = all(_is_identity(t, low, m) for t, low, m in zip(plane_tables, lows, moduli))
+    bases = lows if computed else [0] * len(moduli)
+    width = max(moduli)
+    out_dtype = torch.int8 if fits_int8 else torch.int16
+    table = torch.cat([torch.nn.functional.pad(torch.tensor(t, dtype=torch.int64)[:, [(j - low) % m for j in range(m)]],
+                                               (0, width - m))
+                       for t, low, m in zip(plane_tables, lows, moduli)])
+    plane_start = [0]
+    for t in plane_tables:
+        plane_start.append(plane_start[-1] + len(t))
+    # The window [base, base + m) of each modulus' values: its center z = base + (m - 1)/2
+    # enters as fl(-z/m) (Python's division is correctly rounded).
+    centers = [-(base + (m - 1) / 2) / m for base, m in zip(bases, moduli)]
+
+    def column(values, dtype):
+        return torch.tensor(values, dtype=dtype, device=device)
+
+    return _EncodingTables(
+        moduli, computed, out_dtype, plane_start[-1], column(moduli, torch.float64),
+        column([1.0 / m for m in moduli], torch.float64), column(centers, torch.float64),
+        column([2**_SPLIT_BITS % m for m in moduli], torch.float64), column(plane_start, torch.int32),
+        table.to(device=device, dtype=out_dtype),
+    )
+
+
 def encode_planes(x: torch.Tensor, shift: torch.Tensor, encodings: Sequence, side: str, *,
                   block: tuple[int, int] = ENCODE_BLOCK, num_warps: int = ENCODE_WARPS) -> torch.Tensor:
     """Digit planes ``[sum of plane counts, ..., rows, K]`` of the integers
@@ -200,9 +253,11 @@ def encode_planes(x: torch.Tensor, shift: torch.Tensor, encodings: Sequence, sid
         raise ValueError(f"x has shape {tuple(x.shape)}: expected [..., rows, K]")
     if not isinstance(shift, torch.Tensor) or shift.dtype != torch.int64 or shift.shape != x.shape[:-1]:
         raise ValueError(f"shift must be an int64 tensor of shape {tuple(x.shape[:-1])} (one entry per row)")
-    if shift.numel() and int(shift.abs().max()) > MAX_SHIFT:
+    # One read of the shifts' range (a host synchronisation): the check, and the table's size below.
+    lowest, highest = torch.stack(shift.aminmax()).tolist() if shift.numel() else (0, 0)
+    if max(-lowest, highest) > MAX_SHIFT:
         raise ValueError(f"shift per row must lie in [-{MAX_SHIFT}, {MAX_SHIFT}] (int32 exponents, a bounded "
-                         f"table of powers of two); got {int(shift.min())} … {int(shift.max())}")
+                         f"table of powers of two); got {lowest} … {highest}")
     if side not in ("a", "b"):
         raise ValueError(f"side must be 'a' or 'b', got {side!r}")
     if not encodings:
@@ -214,55 +269,29 @@ def encode_planes(x: torch.Tensor, shift: torch.Tensor, encodings: Sequence, sid
     if len(block) != 2 or any(b < 1 or b & (b - 1) for b in block):
         raise ValueError(f"block must be two powers of two (BLOCK_R, BLOCK_K), got {block}")
 
-    moduli = [e.modulus for e in encodings]
-    lows = [(e.a if side == "a" else e.b).min for e in encodings]
-    plane_tables = [e.plane_table(side) for e in encodings]
-    fits_int8 = all(-128 <= v <= 127 for t in plane_tables for plane in t for v in plane)
-    # Every plane stores its input (every int8 plan): the kernel computes each value, in
-    # [low, low + m), which the output type holds, so |low| <= 2**15.  Otherwise it computes
-    # the residue in [0, m) and looks the planes up in tables indexed by it: column j holds
-    # what each plane stores for the input congruent to j in [low, low + m).
-    computed = all(_is_identity(t, low, m) for t, low, m in zip(plane_tables, lows, moduli))
-    bases = lows if computed else [0] * len(moduli)
-    width = max(moduli)
-    table = torch.cat([torch.nn.functional.pad(torch.tensor(t, dtype=torch.int64)[:, [(j - low) % m for j in range(m)]],
-                                               (0, width - m))
-                       for t, low, m in zip(plane_tables, lows, moduli)])
-    plane_start = [0]
-    for t in plane_tables:
-        plane_start.append(plane_start[-1] + len(t))
+    tables = _encoding_tables(tuple(encodings), side, x.device)
+    moduli = tables.moduli
 
     rows, k = x[..., 0].numel(), x.shape[-1]
-    out_dtype = torch.int8 if fits_int8 else torch.int16
-    out = torch.empty((plane_start[-1], *x.shape), dtype=out_dtype, device=x.device)
+    out = torch.empty((tables.plane_count, *x.shape), dtype=tables.out_dtype, device=x.device)
     if out.numel() == 0:
         return out
     flat = x.reshape(rows, k)  # a view for any 2-D input: Bᵀ is read in place
     # Every scaled integer is integer * 2**power with power <= max(shift) + 971; the kernel
     # also reads 2**(power + SPLIT_BITS) mod m.
-    count = max(int(shift.max()) + _TOP_ULP_EXPONENT, 0) + 1 + _SPLIT_BITS
+    count = max(highest + _TOP_ULP_EXPONENT, 0) + 1 + _SPLIT_BITS
     size = max(1024, 1 << (count - 1).bit_length())
     if size * len(moduli) >= 2**31:
         raise ValueError(f"{size} powers of two for {len(moduli)} moduli pass int32 table offsets; encode fewer "
                          "moduli per call")
-    device = x.device
-    powers = _power_table(tuple(moduli), size, device)
-
-    def column(values, dtype):
-        return torch.tensor(values, dtype=dtype, device=device)
-
-    # The window [base, base + m) of each modulus' values: its center z = base + (m - 1)/2
-    # enters as fl(-z/m) (Python's division is correctly rounded).
-    centers = [-(base + (m - 1) / 2) / m for base, m in zip(bases, moduli)]
-    flag = torch.zeros(1, dtype=torch.int32, device=device)
+    powers = _power_table(moduli, size, x.device)
+    flag = torch.zeros(1, dtype=torch.int32, device=x.device)
     grid = (triton.cdiv(rows, block[0]), triton.cdiv(k, block[1]))
     _encode_kernel[grid](
-        flat, shift.reshape(rows).to(torch.int32),
-        column(moduli, torch.float64), column([1.0 / m for m in moduli], torch.float64),
-        column(centers, torch.float64), column([2**_SPLIT_BITS % m for m in moduli], torch.float64),
-        powers, column(plane_start, torch.int32), table.to(device=device, dtype=out_dtype), out, flag,
-        rows, k, flat.stride(0), flat.stride(1), table.stride(0), rows * k,
-        N_MODULI=len(moduli), COMPUTED=computed, BLOCK_R=block[0], BLOCK_K=block[1], SPLIT_BITS=_SPLIT_BITS,
+        flat, shift.reshape(rows).to(torch.int32), tables.modulus, tables.inverse, tables.center, tables.split,
+        powers, tables.plane_start, tables.table, out, flag,
+        rows, k, flat.stride(0), flat.stride(1), tables.table.stride(0), rows * k,
+        N_MODULI=len(moduli), COMPUTED=tables.computed, BLOCK_R=block[0], BLOCK_K=block[1], SPLIT_BITS=_SPLIT_BITS,
         SMALL_POWER=_SMALL_POWER, num_warps=num_warps,
     )
     if int(flag):

@@ -7,36 +7,39 @@ for, 2 * K * (2**p - 1) * (2**q - 1) < M):
 
 1. Linear CRT.  With w_i = (M/m_i) * ((M/m_i)^-1 mod m_i), X' = sum_i c_i * w_i is
    congruent to Y mod M.  It is never formed: the kernel accumulates its limbs
-   S_l = sum_i c_i * limb_l(w_i) (unnormalized) in float64, and the estimate
-   E = sum_i c_i * (w_i / M) of X' / M.  q = round(E) is within 1/2 + 2**-5 of X' / M
-   (see _constants), so Y0 = X' - q * M, whose limbs are S_l - q * limb_l(M), lies in
-   (-M, M).  N * L multiply-adds per entry and no modular reduction.
-2. Carries settle the limbs of Y0 into [0, 2**b), the top limb signed.  Y0 ≡ Y (mod M) and
+   S_l = sum_i c_i * limb_l(w_i) (unnormalized) in float64, then the estimate
+   E = sum_l S_l * (2**(b*l) / M) of X' / M from them.  q = round(E) is within
+   1/2 + 2**-4 of X' / M (see _constants), so Y0 = X' - q * M, whose limbs are
+   S_l - q * limb_l(M), lies in (-M, M).  N * L + 2 * L multiply-adds per entry and no
+   modular reduction.
+2. Carries settle the limbs of Y0 into [0, 2**b), the top limb signed, all in float64 (a
+   scaling by 2**-b and a floor per limb, exact below 2**53).  Y0 ≡ Y (mod M) and
    |Y0 - Y| < 3M/2, so Y0 is Y, Y + M or Y - M: exactly one of Y0, Y0 - M, Y0 + M lies in
    (-M/2, M/2), and with G = floor(M/2) it is Y0 - M where Y0 > G, Y0 + M where Y0 < -G, and
    Y0 itself otherwise (for even M, Y0 = ±G = ±M/2 is the class without a representative:
-   flagged).  The comparison is exact: settled limbs compare lexicographically from the top
-   (lower limbs in [0, 2**b) weigh less than one unit of the limb above), a few register
-   operations per limb.  The float64 estimate only has to pick q within one; where it is
-   off by one -- Y within about 2**-5 * M of +-M/2, the only entries the rounding of E can
-   mislead -- the correction adds +-M to the limbs in the same pass.  It is branch-free:
-   every entry pays the comparison (a subtraction, then a select per limb, in registers)
-   and only entries in that band change; skipping it for a whole block would take a
-   cross-thread reduction (shuffles, shared memory), dearer than the comparison itself.
-   The sign of Y is the top limb's sign, flipped by a correction; negating where Y < 0 and
-   settling again leaves the limbs of |Y|.
-3. One rounding to nearest even of |Y| * 2**e from the top four limbs plus a sticky bit,
-   subnormals and overflow included.
+   flagged).  The comparisons are exact: settled limbs minus the settled limbs of G (and of
+   -G), summed from the top by Horner's rule in float64, keep the sign of the exact
+   difference (lower limbs weigh less than one unit of the limb above; see _compare).  The
+   float64 estimate only has to pick q within one; where it is off by one -- Y within about
+   2**-4 * M of +-M/2, the only entries the rounding of E can mislead -- the correction
+   adds +-M to the limbs in the same pass.  It is branch-free: every entry pays the
+   comparisons (two subtractions and a multiply-add per limb, in registers) and only entries
+   in that band change; skipping it for a whole block would take a cross-thread reduction
+   (shuffles, shared memory), dearer than the comparison itself.  |Y| is -Y0 or Y0, plus M
+   where Y0 was beyond, settled again.
+3. One rounding to nearest even of |Y| * 2**e from a 63-bit word normalized from the top
+   limbs plus a sticky bit, subnormals and overflow included (_round).
 
-The limb width b (21 to 31 bits) is picked per moduli set: the fewest limbs L, padded to a
-power of two, that the float64 bound on S_l admits (22 int8 moduli, 170 bits: 6 limbs of
-29 bits padded to 8, rather than 9 of 21 padded to 16; the 121-bit FP4 plan: 4 of 31
-rather than 6 of 21 padded to 8).
+The limb width b (21 to 32 bits) is picked per moduli set: the fewest limbs L that the
+float64 bound on S_l admits, then the widest (int8 sets: 32 bits, 4 limbs for 16 moduli,
+6 for 23; the 121-bit FP4 plan: 4 limbs).
 
-The limb axis is the first axis of a [limbs, entries] tile: with at least 32 * num_warps
-entries per program every entry's limbs sit in one thread's registers, so picking a limb
-is a register move once the compiler folds the constant masks (the tests check the PTX for
-the absence of shared memory and shuffles).
+Per entry the limbs are a tuple of 1-D tensors, so there is no limb axis to pad to a power
+of two or to index by data: every limb is a register, every step a static sequence of
+register operations (the tests check the PTX for the absence of shared memory, shuffles
+and local memory).  The tables (limbs of w_i and of M, G, -G, the scales 2**(b*l) / M)
+are constexprs: they compile into the instructions, with no table loads and no registers
+held for them; each moduli set compiles its own kernel.
 
 The bits are those of :func:`reference_decode` (the CRT in exact integers, one correct
 rounding) and of the library's staged torch path (``ozaki.crt.garner`` +
@@ -146,7 +149,7 @@ def _round(limbs, exponent, LIMB: tl.constexpr, WINDOW: tl.constexpr):
             window += (limbs[n_limbs - WINDOW + k],)
         else:
             window += (zero,)
-    # below[j]: a non-zero limb under index j (for the sticky bit).
+    # below[j]: a non-zero limb at or under index j (for the sticky bit).
     below = (limbs[0] != 0,)
     for j in tl.static_range(1, n_limbs):
         below += (below[j - 1] | (limbs[j] != 0),)
@@ -234,12 +237,14 @@ def _decode_kernel(
     # no padding to a power of two; zero weight limbs cost nothing).
     c_ptrs = c_ptr + tl.cast(row, tl.int64) * stride_cr + tl.cast(offs_c, tl.int64) * stride_cc
     outside = tl.zeros((BLOCK,), tl.int1)
+    sums = ()
     for i in tl.static_range(len(MODULI)):
         residue = tl.load(c_ptrs, mask=mask, other=0).to(tl.int64)
-        wrong = (residue <= -MODULI[i]) | (residue >= MODULI[i])
-        outside |= wrong
-        # Zeroed, a residue out of range cannot break the float64 bounds of its neighbours.
-        value = tl.where(wrong, 0, residue).to(tl.float64)
+        # An entry with a residue out of range gets a meaningless value, which the launcher
+        # never returns (it raises); every shift amount below is clamped, so such an entry
+        # cannot fault either.
+        outside |= (residue <= -MODULI[i]) | (residue >= MODULI[i])
+        value = residue.to(tl.float64)
         terms = ()
         for l in tl.static_range(len(MODULUS)):
             if i == 0:

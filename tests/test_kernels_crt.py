@@ -295,6 +295,20 @@ def test_int32_residues_from_the_gemm_decode_alike():
     assert decode_residues(c, mods, *e).tolist() == [[12345.0, -678.0, float(2**40 + 3)]]
 
 
+@pytest.mark.parametrize("block, num_warps", [(32, 1), (128, 4), (1024, 8)])
+def test_launch_shape_leaves_the_bits(block, num_warps):
+    # block and num_warps (what a GPU benchmark sweeps) tune the launch, not the bits; a
+    # block that is not a power of two or holds less than one entry per thread is refused.
+    mods = MODULI["int8-16"]
+    grid, row_exp, col_exp = grid_case(mods, "moderate", "launch")
+    c, exponents = residues_of(grid, mods, dtype=torch.uint8), exponent_tensors(row_exp, col_exp)
+    got = decode_residues(c, mods, *exponents, block=block, num_warps=num_warps)
+    assert same_bits(got, decode_residues(c, mods, *exponents))
+    for bad in (dict(block=block * 3 // 2), dict(block=block, num_warps=2 * block // 32), dict(num_warps=3)):
+        with pytest.raises(ValueError, match="powers of two"):
+            decode_residues(c, mods, *exponents, **bad)
+
+
 def test_empty_grid():
     mods = MODULI["three"]
     c = torch.zeros((3, 0, 4), dtype=torch.int64, device=DEVICE)

@@ -7,36 +7,39 @@ for, 2 * K * (2**p - 1) * (2**q - 1) < M):
 
 1. Linear CRT.  With w_i = (M/m_i) * ((M/m_i)^-1 mod m_i), X' = sum_i c_i * w_i is
    congruent to Y mod M.  It is never formed: the kernel accumulates its limbs
-   S_l = sum_i c_i * limb_l(w_i) (unnormalized) in float64, and the estimate
-   E = sum_i c_i * (w_i / M) of X' / M.  q = round(E) is within 1/2 + 2**-5 of X' / M
-   (see _constants), so Y0 = X' - q * M, whose limbs are S_l - q * limb_l(M), lies in
-   (-M, M).  N * L multiply-adds per entry and no modular reduction.
-2. Carries settle the limbs of Y0 into [0, 2**b), the top limb signed.  Y0 ≡ Y (mod M) and
+   S_l = sum_i c_i * limb_l(w_i) (unnormalized) in float64, then the estimate
+   E = sum_l S_l * (2**(b*l) / M) of X' / M from them.  q = round(E) is within
+   1/2 + 2**-4 of X' / M (see _constants), so Y0 = X' - q * M, whose limbs are
+   S_l - q * limb_l(M), lies in (-M, M).  N * L + 2 * L multiply-adds per entry and no
+   modular reduction.
+2. Carries settle the limbs of Y0 into [0, 2**b), the top limb signed, all in float64 (a
+   scaling by 2**-b and a floor per limb, exact below 2**53).  Y0 ≡ Y (mod M) and
    |Y0 - Y| < 3M/2, so Y0 is Y, Y + M or Y - M: exactly one of Y0, Y0 - M, Y0 + M lies in
    (-M/2, M/2), and with G = floor(M/2) it is Y0 - M where Y0 > G, Y0 + M where Y0 < -G, and
    Y0 itself otherwise (for even M, Y0 = ±G = ±M/2 is the class without a representative:
-   flagged).  The comparison is exact: settled limbs compare lexicographically from the top
-   (lower limbs in [0, 2**b) weigh less than one unit of the limb above), a few register
-   operations per limb.  The float64 estimate only has to pick q within one; where it is
-   off by one -- Y within about 2**-5 * M of +-M/2, the only entries the rounding of E can
-   mislead -- the correction adds +-M to the limbs in the same pass.  It is branch-free:
-   every entry pays the comparison (a subtraction, then a select per limb, in registers)
-   and only entries in that band change; skipping it for a whole block would take a
-   cross-thread reduction (shuffles, shared memory), dearer than the comparison itself.
-   The sign of Y is the top limb's sign, flipped by a correction; negating where Y < 0 and
-   settling again leaves the limbs of |Y|.
-3. One rounding to nearest even of |Y| * 2**e from the top four limbs plus a sticky bit,
-   subnormals and overflow included.
+   flagged).  The comparisons are exact: settled limbs minus the settled limbs of G (and of
+   -G), summed from the top by Horner's rule in float64, keep the sign of the exact
+   difference (lower limbs weigh less than one unit of the limb above; see _compare).  The
+   float64 estimate only has to pick q within one; where it is off by one -- Y within about
+   2**-4 * M of +-M/2, the only entries the rounding of E can mislead -- the correction
+   adds +-M to the limbs in the same pass.  It is branch-free: every entry pays the
+   comparisons (two subtractions and a multiply-add per limb, in registers) and only entries
+   in that band change; skipping it for a whole block would take a cross-thread reduction
+   (shuffles, shared memory), dearer than the comparison itself.  |Y| is -Y0 or Y0, plus M
+   where Y0 was beyond, settled again.
+3. One rounding to nearest even of |Y| * 2**e from a 63-bit word normalized from the top
+   limbs plus a sticky bit, subnormals and overflow included (_round).
 
-The limb width b (21 to 31 bits) is picked per moduli set: the fewest limbs L, padded to a
-power of two, that the float64 bound on S_l admits (22 int8 moduli, 170 bits: 6 limbs of
-29 bits padded to 8, rather than 9 of 21 padded to 16; the 121-bit FP4 plan: 4 of 31
-rather than 6 of 21 padded to 8).
+The limb width b (21 to 32 bits) is picked per moduli set: the fewest limbs L that the
+float64 bound on S_l admits, then the widest (int8 sets: 32 bits, 4 limbs for 16 moduli,
+6 for 23; the 121-bit FP4 plan: 4 limbs).
 
-The limb axis is the first axis of a [limbs, entries] tile: with at least 32 * num_warps
-entries per program every entry's limbs sit in one thread's registers, so picking a limb
-is a register move once the compiler folds the constant masks (the tests check the PTX for
-the absence of shared memory and shuffles).
+Per entry the limbs are a tuple of 1-D tensors, so there is no limb axis to pad to a power
+of two or to index by data: every limb is a register, every step a static sequence of
+register operations (the tests check the PTX for the absence of shared memory, shuffles
+and local memory).  The tables (limbs of w_i and of M, G, -G, the scales 2**(b*l) / M)
+are constexprs: they compile into the instructions, with no table loads and no registers
+held for them; each moduli set compiles its own kernel.
 
 The bits are those of :func:`reference_decode` (the CRT in exact integers, one correct
 rounding) and of the library's staged torch path (``ozaki.crt.garner`` +
@@ -74,19 +77,12 @@ DECODE_BLOCK = 256
 DECODE_WARPS = 4
 # The residue types decode_residues reads (kernels.products.residue_dtype writes the narrowest).
 _RESIDUE_DTYPES = (torch.uint8, torch.int16, torch.int32, torch.int64)
-# Limb widths.  Four limbs hold at least 3 * 21 + 1 >= 54 bits under the top bit (the
-# 53 kept and the rounding bit); two limbs of at most 31 bits fit one int64 in _round.
+# Limb widths.  Limbs of at most 32 bits keep every term of _round's 63-bit word under
+# 2**63; from 21 bits on, a window of at most four limbs covers it.
 _MIN_LIMB_BITS = 21
-_MAX_LIMB_BITS = 31
+_MAX_LIMB_BITS = 32
 # Exponent sums saturate at +-2**34 in the kernel; see the proof there.
 _EXPONENT_CLAMP = 2**34
-
-
-@triton.jit
-def _row(tile, index, j):
-    # Row j of a [rows, entries] tile, rows numbered by ``index`` (broadcast against the
-    # tile; per entry when 2-D); 0 where no row is numbered j.
-    return tl.sum(tl.where(index == j, tile, 0), axis=0)
 
 
 @triton.jit
@@ -106,76 +102,126 @@ def ldexp_factors(e):
 
 
 @triton.jit
-def _settle(limbs, offs_l, N_LIMBS: tl.constexpr, LIMB: tl.constexpr):
-    # Limbs 0 .. N_LIMBS - 2 into [0, 2**LIMB), bottom up; the top limb keeps the signed
-    # rest.  The shift is arithmetic, so a negative limb borrows from the next.
-    for l in tl.static_range(N_LIMBS - 1):
-        carry = _row(limbs, offs_l[:, None], l) >> LIMB
-        limbs = tl.where(offs_l[:, None] == l, limbs & ((1 << LIMB) - 1),
-                         tl.where(offs_l[:, None] == l + 1, limbs + carry[None, :], limbs))
-    return limbs
+def _settle(limbs, LIMB: tl.constexpr):
+    # Limbs (float64 integers, a tuple, bottom first) below the top into [0, 2**LIMB), bottom
+    # up; the top limb keeps the signed rest.  Every limb handed in is at most
+    # 2 * spread * (2**LIMB - 1) in magnitude, so by induction every carry is at most
+    # 2 * spread and every value at most 2 * spread * 2**LIMB <= 2**53 (_constants): the
+    # scaling by 2**-LIMB, the floor, the remainder and the sum with the carry are exact.
+    settled = limbs[:1]
+    for l in tl.static_range(1, len(limbs)):
+        carry = tl.floor(settled[l - 1] * (1.0 / (1 << LIMB)))
+        settled = settled[:l - 1] + (settled[l - 1] - carry * (1 << LIMB), limbs[l] + carry)
+    return settled
 
 
 @triton.jit
-def _round(limbs, offs_l, exponent, LIMB: tl.constexpr):
-    # |Y| * 2**exponent rounded to nearest even, from the settled limbs of |Y|.  The top
-    # four limbs (at least 64 bits under the top one's leading bit) hold the 53 kept bits
-    # and the rounding bit; lower limbs only matter through the sticky bit.  high and low
-    # (two limbs each, at most 62 bits) and every shifted value stay inside int64.  A result
-    # under 2**-1022 keeps fewer bits (its last one weighs 2**-1074), so it is rounded once,
-    # straight to the subnormal grid.
-    nonzero = limbs != 0
-    top = tl.max(tl.where(nonzero, offs_l[:, None], 0), axis=0)
-    bottom = tl.maximum(top - 3, 0)
-    w0 = _row(limbs, offs_l[:, None] - bottom[None, :], 0)
-    w1 = _row(limbs, offs_l[:, None] - bottom[None, :], 1)
-    w2 = _row(limbs, offs_l[:, None] - bottom[None, :], 2)
-    w3 = _row(limbs, offs_l[:, None] - bottom[None, :], 3)
-    high = (w3 << LIMB) | w2
-    low = (w1 << LIMB) | w0
-    below = tl.max(tl.where(nonzero & (offs_l[:, None] < bottom[None, :]), 1, 0), axis=0) > 0
+def _compare(limbs, bound, LIMB: tl.constexpr):
+    # Settled limbs minus a constant's settled limbs, summed from the top by Horner's rule in
+    # float64: the result has the sign of the exact difference and is zero exactly when it
+    # is.  Below the top both limbs lie in [0, 2**LIMB), so |d_l| < 2**LIMB.  While the
+    # partial value h is zero it takes d_l exactly; once it is a non-zero integer,
+    # |h * 2**LIMB| >= 2**LIMB > |d_l|, so neither h * 2**LIMB + d_l nor its rounding (nor an
+    # overflow to inf) changes sign or vanishes.  No select per limb.
+    top: tl.constexpr = len(limbs) - 1
+    h = limbs[top] - bound[top]
+    for j in tl.static_range(1, len(limbs)):
+        h = h * (1 << LIMB) + (limbs[top - j] - bound[top - j])
+    return h
 
-    base = LIMB * bottom
-    top_limb = _row(limbs, offs_l[:, None] - top[None, :], 0)
-    top_bits = ((top_limb.to(tl.float64).to(tl.int64, bitcast=True) >> 52) & 0x7FF) - 1022
-    length = LIMB * top + tl.where(top_limb == 0, 0, top_bits)
-    drop = tl.minimum(tl.maximum(tl.maximum(length - 53, -1074 - exponent) - base, 0), 4 * LIMB + 1)
-    kept = tl.where(
-        drop >= 2 * LIMB,
-        high >> tl.minimum(tl.maximum(drop - 2 * LIMB, 0), 63),
-        (high << tl.maximum(2 * LIMB - drop, 0)) | (low >> tl.minimum(drop, 63)),
-    )
-    half_position = drop - 1
-    in_high = half_position >= 2 * LIMB
-    high_shift = tl.minimum(tl.maximum(half_position - 2 * LIMB, 0), 63)
-    low_shift = tl.minimum(tl.maximum(half_position, 0), 63)
-    half_bit = tl.where(in_high, high >> high_shift, low >> low_shift) & 1
-    half_bit = tl.where(half_position >= 0, half_bit, 0)
-    one = tl.full(drop.shape, 1, tl.int64)
-    sticky = below | tl.where(
-        in_high,
-        (low != 0) | ((high & ((one << high_shift) - 1)) != 0),
-        (low & ((one << low_shift) - 1)) != 0,
-    )
-    kept = kept + ((half_bit == 1) & (sticky | ((kept & 1) == 1))).to(tl.int64)
-    scale = base + drop + exponent
-    first, second = ldexp_factors(scale)
+
+@triton.jit
+def _round(limbs, exponent, LIMB: tl.constexpr, WINDOW: tl.constexpr):
+    # |Y| * 2**exponent rounded to nearest even, from the settled limbs of |Y| (float64
+    # integers in [0, 2**LIMB), bottom first).  A result under 2**-1022 keeps fewer bits (its
+    # last one weighs 2**-1074), so it is rounded once, straight to the subnormal grid.
+    #
+    # The WINDOW top limbs, WINDOW = 1 + ceil(62 / LIMB), hold the top non-zero limb and at
+    # least 62 bits under it.  Static steps move the window down one limb while its top limb
+    # is zero (limbs under index 0 are zeros): whether step s moves it depends on the entry,
+    # but the limb it brings in is fixed, since once the top is non-zero no later step moves.
+    # So every step is a comparison and a few selects in registers, no indexing by data.
+    n_limbs: tl.constexpr = len(limbs)
+    zero = tl.zeros_like(limbs[0])
+    window = ()
+    for k in tl.static_range(WINDOW):
+        if n_limbs - WINDOW + k >= 0:
+            window += (limbs[n_limbs - WINDOW + k],)
+        else:
+            window += (zero,)
+    # below[j]: a non-zero limb at or under index j (for the sticky bit).
+    below = (limbs[0] != 0,)
+    for j in tl.static_range(1, n_limbs):
+        below += (below[j - 1] | (limbs[j] != 0),)
+    if n_limbs > WINDOW:
+        lost = below[n_limbs - WINDOW - 1]
+    else:
+        lost = tl.zeros(limbs[0].shape, tl.int1)
+    moves = tl.zeros(limbs[0].shape, tl.int32)
+    for entering in tl.static_range(n_limbs - WINDOW - 1, -WINDOW, -1):
+        empty = window[WINDOW - 1] == 0
+        if entering >= 0:
+            moved = (limbs[entering],)
+        else:
+            moved = (zero,)
+        moved += window[:WINDOW - 1]
+        shifted = ()
+        for k in tl.static_range(WINDOW):
+            shifted += (tl.where(empty, moved[k], window[k]),)
+        window = shifted
+        if entering >= 1:
+            lost = tl.where(empty, below[entering - 1], lost)
+        elif entering == 0:
+            lost = tl.where(empty, False, lost)
+        moves += empty.to(tl.int32)
+
+    # Normalize: W = floor(window * 2**(lz + 63 - WINDOW * LIMB)) puts the leading bit at bit
+    # 62 (lz: leading zeros of the top limb in LIMB bits, from its float64 exponent).  Each
+    # limb's term is below 2**63 and the terms do not overlap; the window covers bits 0..62
+    # of W, since (WINDOW - 1) * LIMB >= 62.  Bits shifted out below W only feed the sticky bit.
+    top_bits = (window[WINDOW - 1].to(tl.int64, bitcast=True) >> 52) - 1023
+    lz = tl.minimum(tl.maximum(LIMB - 1 - top_bits, 0), LIMB - 1).to(tl.int32)
+    word = tl.zeros(limbs[0].shape, tl.uint64)
+    for k in tl.static_range(WINDOW):
+        limb = window[k].to(tl.uint64)
+        place = k * LIMB + 63 - WINDOW * LIMB
+        if place >= 0:
+            word |= limb << (lz + place).to(tl.uint64)
+        else:
+            aligned = limb << lz.to(tl.uint64)
+            word |= aligned >> (-place)
+            lost |= (aligned << (64 + place)) != 0
+    # |Y| = (word + f) * 2**base with f in [0, 1), f > 0 exactly where lost.
+    base = LIMB * (n_limbs - WINDOW - moves) + (WINDOW * LIMB - 63) - lz
+    # Bits of word under the result's last place: 10 for a normal result (word has 63
+    # bits), more toward the subnormal grid; from 64 on the value is under half of
+    # 2**-1074 and rounds to 0.  With at least 10 dropped bits the sticky bit can sit in
+    # word's lowest bit, under the half bit: word | lost rounds as |Y| does (round to odd).
+    drop = tl.minimum(tl.maximum(-1074 - exponent - base, 10), 64)
+    odd = word | lost.to(tl.uint64)
+    shift = tl.minimum(drop, 63).to(tl.uint64)
+    # Nearest even by addition: half - 1 plus the kept value's last bit carries exactly when
+    # the dropped part exceeds half or is a tie with an odd kept value.  odd < 2**63, so the
+    # sum stays below 2**64.
+    kept = (odd + ((tl.full(odd.shape, 1, tl.uint64) << (shift - 1)) - 1) + ((odd >> shift) & 1)) >> shift
+    kept = tl.where(drop > 63, 0, kept)
+    first, second = ldexp_factors(base + drop + exponent)
     return kept.to(tl.float64) * first * second
 
 
 @triton.jit
 def _decode_kernel(
-    c_ptr, row_exp_ptr, col_exp_ptr, moduli_ptr, fraction_ptr, weight_limb_ptr, modulus_limb_ptr, half_limb_ptr,
-    out_ptr, flag_ptr, cols, col_blocks, stride_cn, stride_cr, stride_cc,
-    N_MODULI: tl.constexpr, N_LIMBS: tl.constexpr, LIMB_PAD: tl.constexpr, LIMB: tl.constexpr,
-    EVEN: tl.constexpr, EXPONENT_CLAMP: tl.constexpr, BLOCK: tl.constexpr,
+    c_ptr, row_exp_ptr, col_exp_ptr, out_ptr, flag_ptr, cols, col_blocks, stride_cn, stride_cr, stride_cc,
+    MODULI: tl.constexpr, WEIGHTS: tl.constexpr, SCALES: tl.constexpr, MODULUS: tl.constexpr, HALF: tl.constexpr,
+    NEGATIVE_HALF: tl.constexpr, LIMB: tl.constexpr, WINDOW: tl.constexpr, EVEN: tl.constexpr,
+    EXPONENT_CLAMP: tl.constexpr, BLOCK: tl.constexpr,
 ):
-    # One program: BLOCK consecutive columns of one row (no per-entry division).
+    # One program: BLOCK consecutive columns of one row (no per-entry division).  The tables
+    # are constexprs: they become instruction operands, with no loads and no registers.
     pid = tl.program_id(0)
     row = pid // col_blocks
     offs_c = (pid % col_blocks) * BLOCK + tl.arange(0, BLOCK)
     mask = offs_c < cols
-    offs_l = tl.arange(0, LIMB_PAD)
     # |Y| < 2**bits(M) with bits(M) < 2**32 (the launcher's sum bound), so past +-2**34 the
     # result is 0 or inf either way: the exponent saturates there, which keeps every later
     # exponent sum far inside int64.  The int64 sum wraps; a wrap (both terms of one sign,
@@ -187,53 +233,64 @@ def _decode_kernel(
     exponent = tl.where(wrapped, tl.where(col_exp < 0, -EXPONENT_CLAMP, EXPONENT_CLAMP),
                         tl.minimum(tl.maximum(exponent, -EXPONENT_CLAMP), EXPONENT_CLAMP))
 
-    # 1. Linear CRT: limb sums and the estimate of X'/M, one residue at a time.
+    # 1. Linear CRT: the limb sums of X', one residue at a time (a tuple of 1-D tensors:
+    # no padding to a power of two; zero weight limbs cost nothing).
     c_ptrs = c_ptr + tl.cast(row, tl.int64) * stride_cr + tl.cast(offs_c, tl.int64) * stride_cc
-    estimate = tl.zeros((BLOCK,), tl.float64)
-    sums = tl.zeros((LIMB_PAD, BLOCK), tl.float64)
     outside = tl.zeros((BLOCK,), tl.int1)
-    for i in tl.static_range(N_MODULI):
+    sums = ()
+    for i in tl.static_range(len(MODULI)):
         residue = tl.load(c_ptrs, mask=mask, other=0).to(tl.int64)
-        modulus = tl.load(moduli_ptr + i)
-        wrong = (residue <= -modulus) | (residue >= modulus)
-        outside |= wrong
-        # Zeroed, a residue out of range cannot break the float64 bounds of its neighbours.
-        value = tl.where(wrong, 0, residue).to(tl.float64)
-        estimate += value * tl.load(fraction_ptr + i)
-        sums += value[None, :] * tl.load(weight_limb_ptr + i * LIMB_PAD + offs_l)[:, None]
+        # An entry with a residue out of range gets a meaningless value, which the launcher
+        # never returns (it raises); every shift amount below is clamped, so such an entry
+        # cannot fault either.
+        outside |= (residue <= -MODULI[i]) | (residue >= MODULI[i])
+        value = residue.to(tl.float64)
+        terms = ()
+        for l in tl.static_range(len(MODULUS)):
+            if i == 0:
+                terms += (value * WEIGHTS[0][l],)
+            elif WEIGHTS[i][l] == 0:
+                terms += (sums[l],)
+            else:
+                terms += (sums[l] + value * WEIGHTS[i][l],)
+        sums = terms
         c_ptrs += stride_cn
-    # Any integer within 1 of X'/M will do (see _constants): E + 1/2 may round.
+    # The estimate of X'/M from the limb sums, the top first; any integer within 1 of X'/M
+    # will do (see _constants): E + 1/2 may round.
+    top: tl.constexpr = len(MODULUS) - 1
+    estimate = sums[top] * tl.full((), SCALES[top], tl.float64)
+    for j in tl.static_range(1, len(MODULUS)):
+        estimate += sums[top - j] * tl.full((), SCALES[top - j], tl.float64)
     nearest = tl.floor(estimate + 0.5)
-    modulus_limbs = tl.load(modulus_limb_ptr + offs_l)
-    sums -= nearest[None, :] * modulus_limbs[:, None]
 
     # 2. Settle Y0 = X' - q * M in (-M, M); its sign is the top limb's.
-    limbs = _settle(sums.to(tl.int64), offs_l, N_LIMBS, LIMB)
-    negative = _row(limbs, offs_l[:, None], N_LIMBS - 1) < 0
-    # The sign of Y0 - G (Y0 >= 0) or of Y0 + G (Y0 < 0): the top non-zero limb difference.
-    # Settled limbs of -G (top limb signed) come from the table's second row.
-    bound = tl.where(negative[None, :], tl.load(half_limb_ptr + LIMB_PAD + offs_l)[:, None],
-                     tl.load(half_limb_ptr + offs_l)[:, None])
-    difference = limbs - bound
-    order = tl.zeros((BLOCK,), tl.int64)
-    for j in tl.static_range(N_LIMBS):
-        order = tl.where(order == 0, _row(difference, offs_l[:, None], N_LIMBS - 1 - j), order)
+    limbs = ()
+    for l in tl.static_range(len(MODULUS)):
+        limbs += (sums[l] - nearest * MODULUS[l],)
+    limbs = _settle(limbs, LIMB)
+    # Y0 > G needs Y0 > 0, Y0 < -G needs Y0 < 0: comparing with both bounds needs no sign.
+    above = _compare(limbs, HALF, LIMB)
+    under = _compare(limbs, NEGATIVE_HALF, LIMB)
     # Y0 beyond +-G (and |Y0| < M): the representative is Y0 -+ M, of the other sign.
-    beyond = tl.where(negative, order < 0, order > 0)
-    step = tl.where(beyond, tl.where(negative, 1, -1), 0).to(tl.int64)
-    limbs += step[None, :] * modulus_limbs.to(tl.int64)[:, None]
-    negative = negative != beyond
+    beyond = (above > 0) | (under < 0)
+    negative = (limbs[top] < 0) != beyond
     # Flag 2: a residue out of range, 1: Y0 = +-M/2 with M even, no representative in
     # (-M/2, M/2).  Only flagged entries touch the flag, so a clean launch pays no
     # reduction or atomic.
-    code = tl.where(outside, 2, tl.where((order == 0) & EVEN, 1, 0))
+    code = tl.where(outside, 2, tl.where(((above == 0) | (under == 0)) & EVEN, 1, 0))
     tl.atomic_max(flag_ptr + tl.zeros_like(offs_c), code, mask=mask & (code != 0), sem="relaxed")
 
-    # Negate where Y < 0 and settle again: limbs of |Y| < M/2.
-    limbs = _settle(tl.where(negative[None, :], -limbs, limbs), offs_l, N_LIMBS, LIMB)
+    # |Y| = -Y0 or Y0, plus M where Y0 was beyond (M - Y0 for Y0 > G, Y0 + M for Y0 < -G);
+    # every limb below 2**(LIMB + 1) in magnitude, settled again: the limbs of |Y| < M/2.
+    sign = tl.where(negative, -1.0, 1.0)
+    add = beyond.to(tl.float64)
+    magnitude_limbs = ()
+    for l in tl.static_range(len(MODULUS)):
+        magnitude_limbs += (sign * limbs[l] + add * MODULUS[l],)
+    magnitude_limbs = _settle(magnitude_limbs, LIMB)
 
     # 3. One rounding.
-    magnitude = _round(limbs, offs_l, exponent, LIMB)
+    magnitude = _round(magnitude_limbs, exponent, LIMB, WINDOW)
     # The sign goes in as a bit.  On the H200 the float select of -magnitude returned +0.0
     # for a negative Y that underflows to zero (tests/test_kernels_crt.py, subnormal
     # exponents; the interpreter keeps -0.0): an integer OR leaves no float rule about
@@ -243,14 +300,19 @@ def _decode_kernel(
 
 
 class _Layout(NamedTuple):
-    n_limbs: int
+    """What a moduli set compiles into the kernel: its constexpr tables."""
     limb_bits: int
+    weights: tuple[tuple[int, ...], ...]  # limbs of w_i = (M/m_i) * ((M/m_i)^-1 mod m_i)
+    scales: tuple[float, ...]  # 2**(b * l) / M, rounded once
+    modulus: tuple[int, ...]  # limbs of M
+    half: tuple[int, ...]  # settled limbs of G = floor(M/2)
+    negative_half: tuple[int, ...]  # settled limbs of -G, the top one negative
     even: bool  # M is even: Y0 = +-M/2 is flagged
 
 
 @cache
-def _constants(moduli: tuple[int, ...]) -> tuple[_Layout, dict[str, torch.Tensor]]:
-    """Limb layout and the host tables of the kernel."""
+def _constants(moduli: tuple[int, ...]) -> _Layout:
+    """Limb layout and the tables of the kernel."""
     for m in moduli:
         check_modulus(m)
     for i, m in enumerate(moduli):
@@ -258,73 +320,72 @@ def _constants(moduli: tuple[int, ...]) -> tuple[_Layout, dict[str, torch.Tensor
             if math.gcd(m, other) != 1:
                 raise ValueError(f"moduli {other} and {m} are not coprime: the CRT needs pairwise coprime moduli")
     # Exactness of the limb sums (n = len(moduli)).  Residues satisfy |c_i| <= m_i - 1
-    # (checked per entry), so sum |c_i| <= spread, and inv_i <= m_i - 1 gives |E| <= sum (m_i - 1)**2 / m_i + slack
-    # <= spread - n/2 + slack < spread - 1/4 (slack below): |q| <= spread even where
-    # E + 1/2 rounds.  Every partial sum of S_l, the q * limb_l(M) term included, is then an
-    # integer of magnitude at most 2 * spread * (2**b - 1), exact in float64 below 2**53.
+    # (checked per entry), so sum |c_i| <= spread, and |q| <= spread (below).  Every partial
+    # sum of S_l, the q * limb_l(M) term included, is then an integer of magnitude at most
+    # 2 * spread * (2**b - 1), and settling adds carries of at most 2 * spread (_settle):
+    # all exact in float64 while 2 * spread * 2**b <= 2**53.
     spread = sum(m - 1 for m in moduli)
-    widths = [b for b in range(_MIN_LIMB_BITS, _MAX_LIMB_BITS + 1) if 2 * spread * ((1 << b) - 1) < FLOAT64_EXACT]
+    widths = [b for b in range(_MIN_LIMB_BITS, _MAX_LIMB_BITS + 1) if 2 * spread * 2**b <= FLOAT64_EXACT]
     if not widths:
         raise ValueError(
-            f"moduli sum(m - 1) = {spread}: the limb sums 2 * sum(m - 1) * (2**{_MIN_LIMB_BITS} - 1) reach 2**53 "
-            "and would round in float64; use fewer or smaller moduli (sum(m - 1) < 2**31)"
+            f"moduli sum(m - 1) = {spread}: the limb sums 2 * sum(m - 1) * 2**{_MIN_LIMB_BITS} reach 2**53 "
+            "and would round; use fewer or smaller moduli (sum(m - 1) <= 2**31)"
         )
-    # Error of E against X'/M: each w_i / M = inv_i / m_i < 1 is stored rounded (relative
-    # error <= u = 2**-53), and a sum of n products of magnitude below |c_i| errs by at most
-    # gamma_n * sum |c_i * f_i|, gamma_n = n * u / (1 - n * u) (fused multiply-adds only
-    # tighten it): |E - X'/M| <= (u + gamma_n * (1 + u)) * spread <= (n + 2) * u * spread =
-    # slack.  The check above gives spread < 2**31 * (1 + 2**-20); pairwise coprime moduli
-    # >= 2 are distinct, so spread >= n * (n + 1) / 2 and n < 2**16: slack < 2**-5.  The
-    # kernel's q = floor(fl(E + 1/2)) errs from E by at most 1/2 plus half an ulp of E + 1/2
-    # (|E| < 2**32, so at most 2**-22): |X'/M - q| < 1/2 + 2**-22 + 2**-5 < 1 and
-    # Y0 = X' - q * M lies in (-M, M).  Nothing here depends on where Y lies: the exact
-    # comparison of Y0 with +-floor(M/2) settles the representative (module docstring).
     product = math.prod(moduli)
-    # |Y0| < M fits the limbs, the top one signed.  Cost: multiply-adds ~ the padded count,
-    # carry steps ~ the count.
-    limb_bits = min(widths, key=lambda b: (triton.next_power_of_2(_limb_count(product, b)), _limb_count(product, b)))
+    # The fewest limbs (the multiply-adds are n * L), then the widest (the fewest in _round's
+    # window).  |Y0| < M fits: the top limb is a float64 integer, signed and unbounded.
+    limb_bits = max(widths, key=lambda b: (-_limb_count(product, b), b))
     n_limbs = _limb_count(product, limb_bits)
-    pad = triton.next_power_of_2(n_limbs)
+    # The estimate E = sum_l S_l * fl(2**(b*l) / M) of X'/M = sum_l S_l * 2**(b*l) / M.  The
+    # top term is at most sum |c_i| * w_i / M <= spread (limb_top(w_i) * 2**(b*top) <= w_i < M),
+    # the lower ones together under spread * 2**(b*top) / M <= spread (bits(M) > b * top).
+    # L products and sums, each rounded once (relative error u = 2**-53; fused multiply-adds
+    # only tighten it), so |E - X'/M| <= 2 * (L + 2) * u * spread = slack.  Pairwise coprime
+    # moduli are distinct, so spread >= n * (n + 1) / 2 and n < 2**16; each modulus is below
+    # 2**31 and b >= 21, so L <= 31 * n / 21 + 1 < 2**17; spread <= 2**(52 - b) <= 2**31:
+    # slack < 2**-4.  Also |X'/M| <= sum (m_i - 1)**2 / m_i <= spread - n/2 (inv_i <= m_i - 1),
+    # so |E| < spread - 1/4 and |q| <= spread even where E + 1/2 rounds.  The kernel's
+    # q = floor(fl(E + 1/2)) errs from E by at most 1/2 plus half an ulp of E + 1/2 (|E| < 2**32,
+    # so at most 2**-22): |X'/M - q| < 1/2 + 2**-22 + 2**-4 < 1 and Y0 = X' - q * M lies in
+    # (-M, M).  Nothing here depends on where Y lies: the exact comparison of Y0 with
+    # +-floor(M/2) settles the representative (module docstring).
 
-    def limbs_of(x: int) -> list[int]:
+    def limbs_of(x: int) -> tuple[int, ...]:
         """The settled limbs of x: limbs below the top in [0, 2**b), the top one signed
-        (Python's >> floors), zeros in the padding."""
+        (Python's >> floors)."""
         mask = (1 << limb_bits) - 1
-        return [(x >> (limb_bits * j)) & (mask if j < n_limbs - 1 else -1) if j < n_limbs else 0 for j in range(pad)]
+        return tuple((x >> (limb_bits * j)) & (mask if j < n_limbs - 1 else -1) for j in range(n_limbs))
 
-    weight_limbs, fractions = [], []
+    weights = []
     for m in moduli:
         cofactor = product // m
-        inverse = pow(cofactor, -1, m)
-        weight_limbs.append(limbs_of(cofactor * inverse))  # below M: non-negative limbs
-        fractions.append(inverse / m)  # int / int rounds once, to nearest
-    tables = {
-        "moduli": torch.tensor(moduli, dtype=torch.int64),
-        "fractions": torch.tensor(fractions, dtype=torch.float64),
-        "weight_limbs": torch.tensor(weight_limbs, dtype=torch.float64),
-        "modulus_limbs": torch.tensor(limbs_of(product), dtype=torch.float64),
-        "half_limbs": torch.tensor([limbs_of(product // 2), limbs_of(-(product // 2))], dtype=torch.int64),
-    }
-    return _Layout(n_limbs, limb_bits, product % 2 == 0), tables
+        weights.append(limbs_of(cofactor * pow(cofactor, -1, m)))  # below M: non-negative limbs
+    return _Layout(
+        limb_bits=limb_bits,
+        weights=tuple(weights),
+        scales=tuple((1 << (limb_bits * j)) / product for j in range(n_limbs)),  # int / int rounds once
+        modulus=limbs_of(product),
+        half=limbs_of(product // 2),
+        negative_half=limbs_of(-(product // 2)),
+        even=product % 2 == 0,
+    )
 
 
 def _limb_count(product: int, limb_bits: int) -> int:
     return max(1, -(-product.bit_length() // limb_bits))
 
 
-@cache
-def _device_tables(moduli: tuple[int, ...], device: torch.device) -> dict[str, torch.Tensor]:
-    # Kept per device: five host-to-device copies per call would cost more than a small decode.
-    return {name: t.to(device) for name, t in _constants(moduli)[1].items()}
-
-
-def _constexprs(n_moduli: int, layout: _Layout) -> dict[str, int]:
-    return dict(N_MODULI=n_moduli, N_LIMBS=layout.n_limbs, LIMB_PAD=triton.next_power_of_2(layout.n_limbs),
-                LIMB=layout.limb_bits, EVEN=layout.even, EXPONENT_CLAMP=_EXPONENT_CLAMP, BLOCK=DECODE_BLOCK)
+def _constexprs(moduli: tuple[int, ...], block: int) -> dict[str, object]:
+    layout = _constants(moduli)
+    return dict(MODULI=moduli, WEIGHTS=layout.weights, SCALES=layout.scales, MODULUS=layout.modulus,
+                HALF=layout.half, NEGATIVE_HALF=layout.negative_half, LIMB=layout.limb_bits,
+                WINDOW=1 + -(-62 // layout.limb_bits), EVEN=layout.even, EXPONENT_CLAMP=_EXPONENT_CLAMP,
+                BLOCK=block)
 
 
 def decode_residues(c: torch.Tensor, moduli: Sequence[int], row_exponent: torch.Tensor,
-                    col_exponent: torch.Tensor) -> torch.Tensor:
+                    col_exponent: torch.Tensor, *, block: int = DECODE_BLOCK,
+                    num_warps: int = DECODE_WARPS) -> torch.Tensor:
     """float64 ``[R, C]``: the signed integer Y with ``Y ≡ c[i] (mod moduli[i])`` and
     ``-M/2 < Y < M/2`` (M = prod(moduli)), times ``2**(row_exponent[r] + col_exponent[c])``,
     rounded once to nearest even.  ``c`` is an integer tensor (uint8, int16, int32 or int64,
@@ -334,7 +395,8 @@ def decode_residues(c: torch.Tensor, moduli: Sequence[int], row_exponent: torch.
     the product reached M/2 in magnitude, the moduli's capacity too small.  Every other
     product past the capacity is indistinguishable from its representative, which is what
     the result rounds: the caller guarantees the capacity (the pipeline asks for
-    M > 2 * K * (2**p - 1) * (2**q - 1))."""
+    M > 2 * K * (2**p - 1) * (2**q - 1)).  ``block`` (entries per program) and ``num_warps``
+    tune the launch, not the bits."""
     if not isinstance(c, torch.Tensor) or c.dtype not in _RESIDUE_DTYPES:
         raise TypeError(f"c must be a uint8, int16, int32 or int64 tensor, got "
                         f"{getattr(c, 'dtype', type(c).__name__)}")
@@ -349,20 +411,18 @@ def decode_residues(c: torch.Tensor, moduli: Sequence[int], row_exponent: torch.
             raise ValueError(f"{name} must be an int64 tensor of shape ({size},)")
         if exp.device != c.device:
             raise ValueError(f"{name} is on {exp.device}, c on {c.device}: pass both on one device")
-    layout = _constants(moduli)[0]
+    _check_launch(block, num_warps)
+    constexprs = _constexprs(moduli, block)
     device = c.device
     out = torch.empty((rows, cols), dtype=torch.float64, device=device)
     if out.numel() == 0:
         return out
-    col_blocks = triton.cdiv(cols, DECODE_BLOCK)
+    col_blocks = triton.cdiv(cols, block)
     grid = (rows * col_blocks,)
     flag = torch.zeros(1, dtype=torch.int32, device=device)
-    tables = _device_tables(moduli, device)
     _decode_kernel[grid](
-        c, row_exponent.contiguous(), col_exponent.contiguous(), tables["moduli"], tables["fractions"],
-        tables["weight_limbs"], tables["modulus_limbs"], tables["half_limbs"], out, flag,
-        cols, col_blocks, c.stride(0), c.stride(1), c.stride(2),
-        **_constexprs(len(moduli), layout), num_warps=DECODE_WARPS,
+        c, row_exponent.contiguous(), col_exponent.contiguous(), out, flag,
+        cols, col_blocks, c.stride(0), c.stride(1), c.stride(2), **constexprs, num_warps=num_warps,
     )
     worst = int(flag)
     if worst >= 2:
@@ -394,18 +454,24 @@ def _signed_crt(residues: list[int], moduli: tuple[int, ...]) -> int:
     return y - big if 2 * y > big else y
 
 
-def compile_ptx(moduli: Sequence[int], capability: int = 90) -> str:
+def _check_launch(block: int, num_warps: int) -> None:
+    # Every thread holds whole entries: block / (32 * num_warps) of them.
+    if num_warps < 1 or num_warps & (num_warps - 1) or block < 32 * num_warps or block & (block - 1):
+        raise ValueError(f"block {block} and num_warps {num_warps}: need powers of two with block >= 32 * num_warps")
+
+
+def compile_ptx(moduli: Sequence[int], capability: int = 90, *, residues: str = "i32", block: int = DECODE_BLOCK,
+                num_warps: int = DECODE_WARPS) -> str:
     """PTX of the decode kernel for ``moduli`` on ``sm_<capability>``, compiled without a
-    GPU (int32 residues, unit column stride).  Needs a process without
-    ``TRITON_INTERPRET=1`` (see :func:`kernels.ptx.compile_kernel`)."""
-    layout = _constants(tuple(moduli))[0]
-    constexprs = _constexprs(len(moduli), layout)
-    pointers = {"c_ptr": "*i32", "fraction_ptr": "*fp64", "weight_limb_ptr": "*fp64", "modulus_limb_ptr": "*fp64",
-                "out_ptr": "*fp64", "flag_ptr": "*i32"}
+    GPU (``residues``: Triton's name of their type, unit column stride).  Needs a process
+    without ``TRITON_INTERPRET=1`` (see :func:`kernels.ptx.compile_kernel`)."""
+    _check_launch(block, num_warps)
+    constexprs = _constexprs(tuple(moduli), block)
+    pointers = {"c_ptr": f"*{residues}", "out_ptr": "*fp64", "flag_ptr": "*i32"}
     signature = {name: pointers.get(name, "*i64" if name.endswith("_ptr") else "i32")
                  for name in _decode_kernel.arg_names if name not in constexprs}
     # What a launch on a contiguous c specializes: the column stride is 1.
     signature["stride_cc"] = "constexpr"
     constexprs["stride_cc"] = 1
-    signature.update({name: "constexpr" for name in _constexprs(len(moduli), layout)})
-    return ptx.compile_ptx(_decode_kernel, signature, constexprs, capability=capability, num_warps=DECODE_WARPS)
+    signature.update({name: "constexpr" for name in constexprs})
+    return ptx.compile_ptx(_decode_kernel, signature, constexprs, capability=capability, num_warps=num_warps)

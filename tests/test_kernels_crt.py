@@ -18,6 +18,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kernels import crt
 from kernels.crt import decode_residues, reference_decode
 from kernels.products import residue_dtype
 from ozaki.crt import HALF_MODULUS_ERROR, garner, round_to_float64
@@ -31,8 +32,11 @@ pytestmark = [pytest.mark.gpu, pytest.mark.filterwarnings("ignore:overflow encou
 MODULI = {
     "fp4-plan": [7, 8, 9, 11, 43, 47, 53, 59, 61, 67, 71, 73, 79, 83, 85, 89, 139, 149, 151, 157, 169],
     "int8-20": [256, 255, 253, 251, 247, 241, 239, 233, 229, 227, 223, 211, 199, 197, 193, 191, 181, 179, 173, 167],
-    # 126 bits: five limbs of 26 bits; four would take 32-bit limbs, past the int64 window bound.
+    # 126 bits: four limbs of 32 bits, the widest (each term of the rounding word just under 2**63).
     "int8-16": [256, 255, 253, 251, 247, 241, 239, 233, 229, 227, 223, 211, 199, 197, 193, 191],
+    # 178 bits: six limbs of 32 bits.
+    "int8-23": [256, 255, 253, 251, 247, 241, 239, 233, 229, 227, 223, 217, 211, 199, 197, 193, 191, 181, 179, 173,
+                167, 163, 157],
     "three": [7, 8, 9],
     "two": [251, 256],
     "one": [241],
@@ -127,15 +131,20 @@ def edge_values(mods) -> list[int]:
 
 
 def estimate_error(y: int, mods) -> int:
-    """round(E) - q for the product y: E = sum c_i * fl(inv_i / m_i) summed left to right in
-    float64 without fused multiply-adds (as the interpreter computes it), q the quotient
-    with X' = q * M + y.  Non-zero: the float64 estimate picks the wrong q, and only the
-    exact comparison with +-floor(M/2) corrects it."""
-    big, estimate, total = math.prod(mods), 0.0, 0
-    for m in mods:
-        inverse = pow(big // m, -1, m)
-        estimate += (y % m) * (inverse / m)
-        total += (y % m) * (big // m) * inverse
+    """round(E) - q for the product y: E = sum_l S_l * fl(2**(b*l) / M) from the limb sums
+    S_l = sum_i c_i * limb_l(w_i), summed from the top limb down in float64 without fused
+    multiply-adds (as the interpreter computes it), q the quotient with X' = q * M + y.
+    Non-zero: the float64 estimate picks the wrong q, and only the exact comparison with
+    +-floor(M/2) corrects it."""
+    layout = crt._constants(tuple(mods))
+    big = math.prod(mods)
+    residues = [y % m for m in mods]
+    sums = [float(sum(c * w[l] for c, w in zip(residues, layout.weights))) for l in range(len(layout.modulus))]
+    estimate = sums[-1] * layout.scales[-1]
+    for s, scale in zip(sums[-2::-1], layout.scales[-2::-1]):
+        estimate += s * scale
+    total = sum(c * sum(limb << (layout.limb_bits * l) for l, limb in enumerate(w))
+                for c, w in zip(residues, layout.weights))
     return math.floor(estimate + 0.5) - (total - y) // big
 
 
@@ -160,6 +169,34 @@ def test_window_edges_decode(moduli):
     assert same_bits(got, reference_decode(c, mods, row, col))
     if moduli in MODULI:
         assert same_bits(got, staged(c, mods, row, col))
+
+
+def boundary_values(mods) -> list[int]:
+    """Per bit length k of the window: 2**k and its neighbours, all ones (rounding carries
+    into a new bit), and ties to even rounding down and up at 53 bits."""
+    edge = window(mods)
+    values = []
+    for k in range(edge.bit_length()):
+        values += [1 << k, (1 << k) - 1, (1 << k) + 1, (1 << (k + 1)) - 1]
+        if k >= 54:
+            values += [(1 << k) | (1 << (k - 53)), ((1 << 53) - 1 << (k - 52)) | (1 << (k - 53))]
+    return sorted({s * v for v in values for s in (1, -1) if 0 < v <= edge})
+
+
+@pytest.mark.parametrize("moduli", ["int8-23", "int8-16", "primes-2^22", "mixed", "wide", "one", "primes-2^30"])
+@pytest.mark.parametrize("shift", [0, -1074])
+def test_every_limb_boundary_decodes(moduli, shift):
+    # Limb widths 32 (int8), 28, 29 and 21 bits, one to six limbs: every leading-bit
+    # position of every limb (the rounding window's moves and normalization), products that
+    # use every limb, ties at 53 bits; normal results, and subnormal ones keeping 20 bits.
+    mods = (MODULI | BEYOND_STAGED)[moduli]
+    values = boundary_values(mods)
+    col_exp = [shift and shift + 20 - abs(y).bit_length() for y in values]
+    row, col = exponent_tensors([0], col_exp)
+    c = residues_of([values], mods)
+    got = decode_residues(c, mods, row, col)
+    assert got.tolist() == [[exact(y, e) for y, e in zip(values, col_exp)]]
+    assert same_bits(got, reference_decode(c, mods, row, col))
 
 
 @pytest.mark.parametrize("moduli", sorted(BEYOND_STAGED))
@@ -258,6 +295,20 @@ def test_int32_residues_from_the_gemm_decode_alike():
     assert decode_residues(c, mods, *e).tolist() == [[12345.0, -678.0, float(2**40 + 3)]]
 
 
+@pytest.mark.parametrize("block, num_warps", [(32, 1), (128, 4), (1024, 8)])
+def test_launch_shape_leaves_the_bits(block, num_warps):
+    # block and num_warps (what a GPU benchmark sweeps) tune the launch, not the bits; a
+    # block that is not a power of two or holds less than one entry per thread is refused.
+    mods = MODULI["int8-16"]
+    grid, row_exp, col_exp = grid_case(mods, "moderate", "launch")
+    c, exponents = residues_of(grid, mods, dtype=torch.uint8), exponent_tensors(row_exp, col_exp)
+    got = decode_residues(c, mods, *exponents, block=block, num_warps=num_warps)
+    assert same_bits(got, decode_residues(c, mods, *exponents))
+    for bad in (dict(block=block * 3 // 2), dict(block=block, num_warps=2 * block // 32), dict(num_warps=3)):
+        with pytest.raises(ValueError, match="powers of two"):
+            decode_residues(c, mods, *exponents, **bad)
+
+
 def test_empty_grid():
     mods = MODULI["three"]
     c = torch.zeros((3, 0, 4), dtype=torch.int64, device=DEVICE)
@@ -316,21 +367,25 @@ def test_subnormal_results_round_once(length, kept):
 _PTX_SCRIPT = """
 import json, sys
 from kernels.crt import compile_ptx
-json.dump({name: compile_ptx(moduli) for name, moduli in json.loads(sys.argv[1]).items()}, open(sys.argv[2], "w"))
+json.dump({name: compile_ptx(moduli, residues=residues) for name, (moduli, residues) in json.loads(sys.argv[1]).items()},
+          open(sys.argv[2], "w"))
 """
 
 
 def test_kernel_compiles_for_sm90_with_register_resident_limbs(tmp_path):
     # Compiled kernels need a process without TRITON_INTERPRET.  Every entry's limbs live in
-    # one thread: no shared memory, barrier or shuffle may appear (a cross-thread limb axis
-    # once made the decode slower than the staged path), nor emulated 64-bit division.
+    # one thread's registers: no shared memory, barrier or shuffle may appear (a cross-thread
+    # limb axis once made the decode slower than the staged path), no local memory (spills of
+    # the limb tuples), nor emulated 64-bit division.  Limbs of 32 bits (int8 sets, uint8
+    # residues as the plane GEMM writes them), of 21 bits (a four-limb rounding window), one limb.
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    shapes = {name: MODULI[name] for name in ("int8-20", "three")}
+    shapes = {"int8-20": (MODULI["int8-20"], "i32"), "int8-23": (MODULI["int8-23"], "u8"),
+              "primes-2^30": (BEYOND_STAGED["primes-2^30"], "i64"), "three": (MODULI["three"], "i32")}
     done = subprocess.run([sys.executable, "-c", _PTX_SCRIPT, json.dumps(shapes), str(tmp_path / "ptx.json")],
                           env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
     for name, ptx in json.loads((tmp_path / "ptx.json").read_text()).items():
         assert ".entry _decode_kernel" in ptx, name
-        for forbidden in (".shared", "bar.sync", "shfl.", "div.s64", "rem.s64", "div.u64", "rem.u64"):
+        for forbidden in (".shared", ".local", "bar.sync", "shfl.", "div.s64", "rem.s64", "div.u64", "rem.u64"):
             assert forbidden not in ptx, (name, forbidden)

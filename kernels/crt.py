@@ -72,9 +72,10 @@ HALF_MODULUS_ERROR = (
 )
 
 # Entries per program and warps: every thread holds DECODE_BLOCK / (32 * DECODE_WARPS)
-# whole entries (all their limbs), see the module docstring.
+# whole entries (all their limbs), see the module docstring.  Four per thread were the fastest
+# on the H200 at n = 16384 (benchmarks/kernels.md, "Encode and decode").
 DECODE_BLOCK = 256
-DECODE_WARPS = 4
+DECODE_WARPS = 2
 # The residue types decode_residues reads (kernels.products.residue_dtype writes the narrowest).
 _RESIDUE_DTYPES = (torch.uint8, torch.int16, torch.int32, torch.int64)
 # Limb widths.  Limbs of at most 32 bits keep every term of _round's 63-bit word under
@@ -385,7 +386,7 @@ def _constexprs(moduli: tuple[int, ...], block: int) -> dict[str, object]:
 
 def decode_residues(c: torch.Tensor, moduli: Sequence[int], row_exponent: torch.Tensor,
                     col_exponent: torch.Tensor, *, block: int = DECODE_BLOCK,
-                    num_warps: int = DECODE_WARPS) -> torch.Tensor:
+                    num_warps: int = DECODE_WARPS, out: torch.Tensor | None = None) -> torch.Tensor:
     """float64 ``[R, C]``: the signed integer Y with ``Y ≡ c[i] (mod moduli[i])`` and
     ``-M/2 < Y < M/2`` (M = prod(moduli)), times ``2**(row_exponent[r] + col_exponent[c])``,
     rounded once to nearest even.  ``c`` is an integer tensor (uint8, int16, int32 or int64,
@@ -396,7 +397,8 @@ def decode_residues(c: torch.Tensor, moduli: Sequence[int], row_exponent: torch.
     product past the capacity is indistinguishable from its representative, which is what
     the result rounds: the caller guarantees the capacity (the pipeline asks for
     M > 2 * K * (2**p - 1) * (2**q - 1)).  ``block`` (entries per program) and ``num_warps``
-    tune the launch, not the bits."""
+    tune the launch, not the bits.  ``out``: a contiguous float64 ``[R, C]`` tensor on c's
+    device to write the result into (rows of a larger result, say), returned."""
     if not isinstance(c, torch.Tensor) or c.dtype not in _RESIDUE_DTYPES:
         raise TypeError(f"c must be a uint8, int16, int32 or int64 tensor, got "
                         f"{getattr(c, 'dtype', type(c).__name__)}")
@@ -414,7 +416,11 @@ def decode_residues(c: torch.Tensor, moduli: Sequence[int], row_exponent: torch.
     _check_launch(block, num_warps)
     constexprs = _constexprs(moduli, block)
     device = c.device
-    out = torch.empty((rows, cols), dtype=torch.float64, device=device)
+    if out is None:
+        out = torch.empty((rows, cols), dtype=torch.float64, device=device)
+    elif (not isinstance(out, torch.Tensor) or out.dtype != torch.float64 or out.shape != (rows, cols)
+          or out.device != device or not out.is_contiguous()):
+        raise ValueError(f"out must be a contiguous float64 tensor of shape ({rows}, {cols}) on {device}")
     if out.numel() == 0:
         return out
     col_blocks = triton.cdiv(cols, block)

@@ -38,9 +38,10 @@ from kernels import ptx
 __all__ = ["ENCODE_BLOCK", "ENCODE_WARPS", "MAX_MODULUS", "MAX_SHIFT", "compile_ptx", "encode_planes"]
 
 # Rows x K per program and warps per program: the kernel is elementwise, so any power-of-two
-# tile is correct; encode_planes takes others (block=, num_warps=) for a sweep on the GPU.
+# tile is correct; encode_planes takes others (block=, num_warps=) for a sweep on the GPU.  The
+# fastest of eight on the H200 at n = 16384 (benchmarks/kernels.md, "Encode and decode").
 ENCODE_BLOCK = (16, 128)
-ENCODE_WARPS = 4
+ENCODE_WARPS = 8
 # The residue step keeps |c| < 2**45 and rounds c/m within 1/(2m) (see _encode_kernel).
 MAX_MODULUS = 2**12
 # Bounds the exponents (int32 in the kernel) and the table of 2**p mod m, whose p reach

@@ -60,7 +60,7 @@ from kernels.accuracy import CODE_LEVELS, CODE_MAX, UPPER_CODE_MAX, UPPER_LEVELS
 from kernels.float64 import SIGNIFICAND_BITS
 
 from ._bits import ldexp
-from .agreement import ONE_DEVICE, Agreement, largest
+from .agreement import ONE_DEVICE, Agreement, extremes
 from .scaling import Extents
 
 __all__ = ["CODE_LEVELS", "FP64_GUARD", "MAX_K", "UNBOUNDED", "MagnitudeBound", "fp64_statistics",
@@ -290,7 +290,7 @@ def fp64_statistics(a: torch.Tensor, bt: torch.Tensor, extents_a: Extents, exten
     g = agreement.sum_over_k(_code_product(upper_a.codes, upper_b.codes, m, n, k, UPPER_CODE_MAX, kernels),
                              bound=k * UPPER_CODE_MAX**2)
     rows_a, rows_b = (agreement.sum_over_k(upper.code_sums, bound=k * UPPER_CODE_MAX) for upper in (upper_a, upper_b))
-    return level_a, level_b, MagnitudeBound(largest(g), largest(rows_a), largest(rows_b), k)
+    return level_a, level_b, MagnitudeBound(*extremes("max", [[g], [rows_a], [rows_b]], 0), k)
 
 
 def _with_carry(level: torch.Tensor) -> torch.Tensor:

@@ -22,7 +22,7 @@ import torch
 
 from kernels.scaling import Extents
 
-__all__ = ["ONE_DEVICE", "Agreement", "largest", "smallest"]
+__all__ = ["ONE_DEVICE", "Agreement", "extremes"]
 
 
 class Agreement:
@@ -59,12 +59,22 @@ class Agreement:
 ONE_DEVICE = Agreement()
 
 
-def largest(x: torch.Tensor) -> int:
-    """The largest of non-negative integers; 0, the identity of their maximum, for none (a
-    device may hold no line of a side)."""
-    return int(x.max()) if x.numel() else 0
-
-
-def smallest(x: torch.Tensor, none: int) -> int:
-    """The smallest of some integers; ``none``, above all of them, for none."""
-    return int(x.min()) if x.numel() else none
+def extremes(op: str, groups: Sequence[Sequence[torch.Tensor]], empty: int) -> list[int]:
+    """For each group of integer tensors, the largest (``op="max"``) or smallest (``"min"``)
+    of all their entries, ``empty`` for a group without any (a device may hold no line of a
+    side; ``empty`` is the identity: 0 below non-negative maxima, a bound above every minimum).
+    The values come back to the host in one transfer: one synchronisation for all of them,
+    where one per value would stall the device once each."""
+    if op not in ("max", "min"):
+        raise ValueError(f"op must be 'max' or 'min', got {op!r}")
+    reduce, pick = (torch.amax, max) if op == "max" else (torch.amin, min)
+    parts, owners = [], []
+    for index, group in enumerate(groups):
+        for x in group:
+            if x.numel():
+                parts.append(reduce(x).to(torch.int64))
+                owners.append(index)
+    result = [empty] * len(groups)
+    for owner, value in zip(owners, torch.stack(parts).tolist() if parts else []):
+        result[owner] = pick(result[owner], value)
+    return result

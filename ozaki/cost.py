@@ -207,13 +207,13 @@ def _phases(k: int, n: int, *, digits: str, planes: int, moduli: int) -> tuple[t
     the plane GEMM: the block's planes of A, the operand copies the GEMM converts both sides
     to (none for int8 planes, which it reads in place; E4M3 or packed E2M1 otherwise) and
     the block's residues, one byte per entry and modulus (``kernels.products.residue_dtype``
-    of the catalog's moduli, all at most 2^8).  During the decode: the residues and the
-    block's float64 rows, which are then copied into C."""
+    of the catalog's moduli, all at most 2^8).  During the decode: the residues (it writes
+    the block's rows of C in place)."""
     copy = 0.0 if digits == "int8" else PLANE_BYTES[digits]
     residues = RESIDUE_BYTES * moduli * n
     return (
         (planes * k * n * (1.0 + copy), planes * k * (1.0 + copy) + residues),
-        (planes * k * n, residues + 8 * n),
+        (planes * k * n, residues),
     )
 
 

@@ -166,7 +166,7 @@ def _fused_by_row_blocks(a: torch.Tensor, bt: torch.Tensor, shift_a: torch.Tenso
         del planes_a
         with stage("decode", device):
             # 4–5. CRT and unscale: C = diag(2^-s) C' diag(2^-t), rounded once.
-            c[block] = crt_kernels.decode_residues(block_residues, plan.moduli, -shift_a[block], col_exponent)
+            crt_kernels.decode_residues(block_residues, plan.moduli, -shift_a[block], col_exponent, out=c[block])
         del block_residues
     return c
 

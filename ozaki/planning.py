@@ -20,7 +20,7 @@ from kernels import scaling as scaling_kernels
 from kernels.float64 import SIGNIFICAND_BITS
 
 from . import bands, catalog, cost
-from .agreement import ONE_DEVICE, Agreement, largest, smallest
+from .agreement import ONE_DEVICE, Agreement, extremes
 from .formats import Encoding
 from .capacity import crt_capacity, has_capacity
 from . import accuracy as fp64_rule
@@ -223,14 +223,17 @@ def _cuda_profile(index: int) -> cost.Profile | None:
     return profile
 
 
-def _finite(x: torch.Tensor) -> tuple[torch.Tensor, bool]:
-    """x with NaN and ±Inf read as 0 (numpy's matmul places them, see ozaki.frontend), and whether
-    any was there."""
-    # One reduction pass: NaN propagates into both extremes and ±Inf is one of them, so both
-    # are finite exactly when every entry is (x.isfinite().all() takes four passes on CUDA).
-    if x.numel() == 0 or bool(torch.stack(torch.aminmax(x)).isfinite().all()):
-        return x, False
-    return torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0), True
+def _finite(a: torch.Tensor, b: torch.Tensor) -> tuple[tuple[torch.Tensor, bool], tuple[torch.Tensor, bool]]:
+    """Each operand with NaN and ±Inf read as 0 (numpy's matmul places them, see
+    ozaki.frontend), and whether any was there."""
+    # One reduction pass per operand and one read for both: NaN propagates into both extremes
+    # and ±Inf is one of them, so both are finite exactly when every entry is.
+    ends = [torch.stack(torch.aminmax(x)) for x in (a, b) if x.numel()]
+    finite = torch.cat(ends).isfinite().all() if ends else torch.tensor(True)
+    if bool(finite):
+        return (a, False), (b, False)
+    return tuple((torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0), not bool(x.isfinite().all()))
+                 for x in (a, b))
 
 
 def plan_product(a: torch.Tensor, b: torch.Tensor, accuracy: Accuracy = "fp64", engine: str = "auto",
@@ -260,13 +263,13 @@ def plan_product(a: torch.Tensor, b: torch.Tensor, accuracy: Accuracy = "fp64", 
                            operands=(a, b))
 
     # 1. Scale: row i of A keeps bits_i, so |A'| ≤ 2^p − 1 with p = max bits_i; B's columns, q.
-    (fa, nonfinite_a), (fb, nonfinite_b) = _finite(a), _finite(b)
+    (fa, nonfinite_a), (fb, nonfinite_b) = _finite(a, b)
     flat_a, flat_bt = fa.reshape(batch, m, k), fb.reshape(batch, k, n).transpose(-1, -2)
     read = [_sides(flat_a[index], flat_bt[index], accuracy, agreement) for index in range(batch)]
     sides = [(side_a, side_b) for side_a, side_b, _ in read]
     p, q, widest_a, widest_b, nonfinite = agreement.agree("max", [
-        max(largest(side_a.bits) for side_a, _ in sides), max(largest(side_b.bits) for _, side_b in sides),
-        max(largest(side_a.lossless) for side_a, _ in sides), max(largest(side_b.lossless) for _, side_b in sides),
+        *extremes("max", [[side_a.bits for side_a, _ in sides], [side_b.bits for _, side_b in sides],
+                          [side_a.lossless for side_a, _ in sides], [side_b.lossless for _, side_b in sides]], 0),
         nonfinite_a or nonfinite_b,
     ])
 
@@ -296,12 +299,11 @@ def plan_product(a: torch.Tensor, b: torch.Tensor, accuracy: Accuracy = "fp64", 
     verdict = native_verdict(whole_m, whole_k, whole_n, accuracy, engine, device, moduli)
     native = verdict is not None and verdict.native
     # The fewest bits of any row and the guard are minima over every device's lines.
-    guard_a, guard_b, fewest_a, fewest_b = agreement.agree("min", [
-        min(_NO_LINE if side_a.guard is None else side_a.guard for side_a, _ in sides),
-        min(_NO_LINE if side_b.guard is None else side_b.guard for _, side_b in sides),
-        min(smallest(side_a.bits, _NO_LINE) for side_a, _ in sides),
-        min(smallest(side_b.bits, _NO_LINE) for _, side_b in sides),
-    ])
+    guard_a, guard_b, fewest_a, fewest_b = agreement.agree("min", extremes("min", [
+        [side_a.guards for side_a, _ in sides if side_a.guards is not None],
+        [side_b.guards for _, side_b in sides if side_b.guards is not None],
+        [side_a.bits for side_a, _ in sides], [side_b.bits for _, side_b in sides],
+    ], _NO_LINE))
     guard = None
     if native:
         bound = _NATIVE_BOUND
@@ -334,13 +336,13 @@ class _Side:
         return _Side(self.extents, self.lossless.clamp(max=bits), self.lossless, self.level)
 
     @property
-    def guard(self) -> int | None:
-        """The guard g every lossy row keeps under "fp64"; None when every row is lossless
-        (and for the other accuracies, which keep no guard)."""
+    def guards(self) -> torch.Tensor | None:
+        """Per row, the guard g it keeps under "fp64" where it is lossy, _NO_LINE where it is
+        lossless (the minimum over rows is the plan's guard, _NO_LINE: none); None for the
+        other accuracies, which keep no guard."""
         if self.level is None:
             return None
-        lossy = self.bits < self.lossless
-        return int((self.bits - self.level)[lossy].min()) if bool(lossy.any()) else None
+        return torch.where(self.bits < self.lossless, self.bits - self.level, _NO_LINE)
 
 
 def _sides(a: torch.Tensor, bt: torch.Tensor, accuracy: Accuracy,

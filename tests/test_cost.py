@@ -85,14 +85,14 @@ def test_emulation_wins_where_the_tensor_cores_are_far_faster():
 
 def test_workspace_prediction():
     # One block of all rows: B's and A's planes (int8 read in place, kernels.products._joined;
-    # other digits add the operand copy) and the byte residues, or, if more, the decode's
-    # residues and float64 rows.
+    # other digits add the operand copy) and the byte residues; the decode holds no more (the
+    # residues, writing its rows of C in place).
     got = cost.workspace_bytes(100, 200, 300, digits="int8", planes=23, moduli=20, block_rows=100)
     assert got == 23 * (100 * 200 + 200 * 300) + 20 * 100 * 300
     assert cost.workspace_bytes(100, 200, 300, digits="fp4", planes=58, moduli=19, block_rows=100) == \
         round(58 * 1.5 * (100 * 200 + 200 * 300)) + 19 * 100 * 300
     assert cost.workspace_bytes(100, 2, 300, digits="int8", planes=23, moduli=20, block_rows=100) == \
-        23 * 2 * 300 + (20 + 8) * 100 * 300
+        23 * 2 * 300 + 100 * (23 * 2 + 20 * 300)
     # Blocks of h rows: B's planes, and one block's share of the rest.
     assert cost.workspace_bytes(1000, 200, 300, digits="int8", planes=23, moduli=20, block_rows=128) == \
         23 * 200 * 300 + 128 * (23 * 200 + 20 * 300)

@@ -220,6 +220,22 @@ def test_strided_residues():
     assert same_bits(decode_residues(c, mods, row, col), decode_residues(c.contiguous(), mods, row, col))
 
 
+def test_decode_into_rows_of_a_larger_result():
+    # out= takes a contiguous block of rows of C (the pipeline's streamed blocks): the same bits.
+    mods = MODULI["int8-20"]
+    grid, row_exp, col_exp = grid_case(mods, "moderate", "into")
+    c = residues_of(grid, mods)
+    row, col = exponent_tensors(row_exp, col_exp)
+    whole = torch.full((len(grid) + 2, len(grid[0])), 7.0, dtype=torch.float64, device=c.device)
+    got = decode_residues(c, mods, row, col, out=whole[1:-1])
+    assert got.data_ptr() == whole[1:-1].data_ptr()
+    assert same_bits(whole[1:-1], decode_residues(c, mods, row, col))
+    assert whole[0].eq(7.0).all() and whole[-1].eq(7.0).all()
+    for bad in (whole[:-2].T, whole[1:-1].float(), whole[:2]):
+        with pytest.raises(ValueError, match="out must be a contiguous float64 tensor"):
+            decode_residues(c, mods, row, col, out=bad)
+
+
 @settings(max_examples=20, deadline=None)
 @given(data=st.data(), moduli=st.sampled_from(["fp4-plan", "int8-20", "primes-2^22"]),
        row=st.integers(-1250, 1100), col=st.integers(-100, 100))

@@ -281,9 +281,9 @@ def _blocks_of(monkeypatch, rows: int) -> list[int]:
     monkeypatch.setattr(cost, "stream_rows", lambda m, k, n, **sizes: rows)
     heights, decode = [], kernels.crt.decode_residues
 
-    def counted(c, *args):
+    def counted(c, *args, **kwargs):
         heights.append(c.shape[1])
-        return decode(c, *args)
+        return decode(c, *args, **kwargs)
 
     monkeypatch.setattr(kernels.crt, "decode_residues", counted)
     return heights

@@ -2,7 +2,7 @@
 
 Run from the repository root on the GPU machine:
 
-    PYTHONPATH=. python3 benchmarks/gpu_emulate_step.py [width ...]      (default widths 1024 8192)
+    PYTHONPATH=. python3 benchmarks/gpu_emulate_step.py [width ...]      (default widths 1024 4096)
 
 The model: three ``nn.Linear`` layers of ``width`` with GELU between them, float64, a batch of
 ``width`` rows, mean squared error, SGD.  One step is forward, backward and the update: nine
@@ -53,10 +53,15 @@ def step_seconds(width: int, scope) -> float:
 
 
 def main() -> None:
-    widths = [int(arg) for arg in sys.argv[1:]] or [1024, 8192]
+    widths = [int(arg) for arg in sys.argv[1:]] or [1024, 4096]
     scopes = {"native": contextlib.nullcontext, "emulate()": ozaki.emulate,
               'emulate(engine="int8")': lambda: ozaki.emulate(engine="int8")}
-    rows = [(width, {name: step_seconds(width, scope) for name, scope in scopes.items()}) for width in widths]
+    rows = []
+    for width in widths:
+        rows.append((width, {}))
+        for name, scope in scopes.items():
+            rows[-1][1][name] = step_seconds(width, scope)
+            print(f"width {width}, {name}: {rows[-1][1][name] * 1e3:.2f} ms/step", flush=True)
     print("| width | " + " | ".join(f"{name} (ms/step)" for name in scopes) + " |")
     print("| --- |" + " --- |" * len(scopes))
     for width, seconds in rows:

@@ -366,7 +366,7 @@ def _projected_profile(device: Device, eff: dict) -> cost.Profile:
         name=device.name, fp64=eff["fp64"] * device.fp64,
         rates={d: None if r is None else eff[d] * r for d, r in device.rates.items()},
         bandwidth=eff["bandwidth"] * device.bandwidth, plan_efficiency=1.0, encode_efficiency=1.0, decode_efficiency=1.0,
-        overhead=0.0,
+        overhead={},
         source=device.source,
     )  # fmt: skip
 

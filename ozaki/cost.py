@@ -1,9 +1,9 @@
 """Cost model: predicted seconds of the emulated product and of native DGEMM on one device.
 
-    plan     = (MK + KN)·(3·8 + 2) / (bandwidth · plan efficiency) + 2·2MNK / plane-GEMM rate
-    encode   = (MK + KN)·(8 + planes·plane bytes) / (bandwidth · encode efficiency)
-    products = planes·2MNK / plane-GEMM rate + moduli·MN·residue bytes / bandwidth + overhead
-    decode   = MN·(moduli·residue bytes + 8) / (bandwidth · decode efficiency)
+    plan     = (MK + KN)·(3·8 + 2) / (bandwidth · plan efficiency) + 2·2MNK / plane-GEMM rate + fixed
+    encode   = (MK + KN)·(8 + planes·plane bytes) / (bandwidth · encode efficiency) + fixed
+    products = planes·2MNK / plane-GEMM rate + moduli·MN·residue bytes / bandwidth + fixed
+    decode   = MN·(moduli·residue bytes + 8) / (bandwidth · decode efficiency) + fixed
     DGEMM    = 2MNK / fp64 rate
 
 The plan is what ``accuracy="fp64"`` reads before any residue exists (``ozaki.accuracy``):
@@ -11,8 +11,9 @@ three passes over the float64 operands (extents, upper codes, lower codes) writi
 codes per entry, and two int8 GEMMs of codes on the plane-GEMM kernel.  Encode reads the
 float64 operands and writes one plane value per entry and plane; the products write one
 byte residue per entry and modulus, which the decode reads back before writing the float64
-result.  The efficiencies are what the H200 reached on that traffic in the recorded run
-(:data:`H200_RECORD`), the rates what it reached on the arithmetic; other devices take their
+result.  Each stage's fixed part is what it costs whatever the size (launches, host reads,
+lookups).  The efficiencies and fixed parts are what the H200 reached on that traffic in the
+recorded run (:data:`H200_RECORD`), the rates what it reached on the arithmetic; other devices take their
 datasheet figures (:data:`DEVICES`) times the H200's efficiencies.  Nothing is timed at call
 time: the same shape on the same device always gets the same prediction, so a choice made
 from it never changes a result's bits from run to run.
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from functools import cache
 
 __all__ = [
-    "DEVICES", "H200_RECORD", "PLANNED_SHARE", "RESIDUE_BYTES", "Device", "Prediction", "Profile", "Verdict", "dgemm_seconds", "predict",
+    "DEVICES", "EMULATION_MARGIN", "H200_RECORD", "PLANNED_SHARE", "RESIDUE_BYTES", "Device", "Prediction", "Profile", "Verdict", "dgemm_seconds", "predict",
     "profile_for", "stream_rows", "verdict", "workspace_bytes",
 ]  # fmt: skip
 
@@ -77,23 +78,26 @@ DEVICES = {
 # reads FP4 two to a byte.
 PLANE_BYTES = {"int8": 1.0, "fp8": 1.0, "fp4": 0.5, "int4": 0.5, "reference": 8.0}
 
-# benchmarks/RESULTS.md, "RECORD_PLACEHOLDER": ozaki.matmul with the int8 engine, accuracy
-# fp64, phi = 0.5; per (M, K, N): the plan's moduli, the seconds of (plan, encode, products,
-# decode), the plan being the call's time outside the three pipeline stages, and DGEMM's
-# seconds in the same run.
+# benchmarks/RESULTS.md, "2026-12-02 08:51 UTC, one H200: faster than DGEMM at n = 16384":
+# ozaki.matmul with the int8 engine, accuracy fp64, phi = 0.5; per (M, K, N): the plan's moduli,
+# the seconds of (plan, encode, products, decode), and DGEMM's seconds in the same run.
 H200_RECORD = {
-    (16384, 16384, 16384): (16, 0.033, 0.0415, 0.0878, 0.0418, 0.1575),
-    (8192, 8192, 8192): (16, 0.0065, 0.0136, 0.0119, 0.0101, 0.0179),
+    (16384, 16384, 16384): (16, 0.02624, 0.01120, 0.08654, 0.00647, 0.15579),
+    (8192, 8192, 8192): (16, 0.00853, 0.00536, 0.01208, 0.00180, 0.01937),
+    (4096, 4096, 4096): (16, 0.00660, 0.00368, 0.00224, 0.00067, 0.00238),
+    (65536, 4096, 256): (16, 0.00787, 0.00624, 0.00268, 0.00084, 0.00246),
+    (4096, 65536, 4096): (16, 0.01265, 0.00971, 0.02178, 0.00096, 0.03917),
 }
-_RECORD_DGEMM = 58.6e12
+# DGEMM's best rate in that run (4096³; 56.5 TFLOP/s at 16384³).
+_RECORD_DGEMM = 57.7e12
 
 
 @dataclass(frozen=True, eq=False)  # hashed by identity: profiles key caches of verdicts
 class Profile:
     """What one device reaches: rates in operations per second, ``bandwidth`` in bytes per
     second for plain traffic, the plan's, encode's and decode's efficiency on their traffic
-    relative to it, and a fixed cost per emulated call (launches, the tuner's cache lookup,
-    host work) in seconds."""
+    relative to it, and each stage's fixed cost per emulated call in seconds (launches, host
+    reads, the tuner's cache lookup), by stage name."""
 
     name: str
     fp64: float
@@ -102,7 +106,7 @@ class Profile:
     plan_efficiency: float
     encode_efficiency: float
     decode_efficiency: float
-    overhead: float
+    overhead: dict  # "plan", "encode", "products", "decode" -> seconds
     source: str
 
 
@@ -132,8 +136,8 @@ class Verdict:
     def __str__(self) -> str:
         e = self.emulated
         return (f"predicted emulation {e.total:.3g} s (plan {e.plan:.3g}, encode {e.encode:.3g}, products "
-                f"{e.products:.3g}, decode "
-                f"{e.decode:.3g}) {'>' if self.native else '<='} DGEMM {self.dgemm:.3g} s on {self.profile}")
+                f"{e.products:.3g}, decode {e.decode:.3g}) {'>' if self.native else '<='} {EMULATION_MARGIN} x "
+                f"DGEMM {self.dgemm:.3g} s on {self.profile}")
 
 
 def _encode_traffic(m: int, k: int, n: int, planes: int, plane_bytes: float) -> float:
@@ -163,11 +167,14 @@ def predict(profile: Profile, m: int, k: int, n: int, *, digits: str, planes: in
     if rate is None:
         return None
     bandwidth = profile.bandwidth
+    fixed = profile.overhead
     return Prediction(
-        plan=_plan_traffic(m, k, n) / (bandwidth * profile.plan_efficiency) + _CODE_GEMMS * 2 * m * n * k / code_rate,
-        encode=_encode_traffic(m, k, n, planes, PLANE_BYTES[digits]) / (bandwidth * profile.encode_efficiency),
-        products=planes * 2 * m * n * k / rate + moduli * m * n * RESIDUE_BYTES / bandwidth + profile.overhead,
-        decode=_decode_traffic(m, n, moduli) / (bandwidth * profile.decode_efficiency),
+        plan=_plan_traffic(m, k, n) / (bandwidth * profile.plan_efficiency) + _CODE_GEMMS * 2 * m * n * k / code_rate
+        + fixed.get("plan", 0.0),
+        encode=_encode_traffic(m, k, n, planes, PLANE_BYTES[digits]) / (bandwidth * profile.encode_efficiency)
+        + fixed.get("encode", 0.0),
+        products=planes * 2 * m * n * k / rate + moduli * m * n * RESIDUE_BYTES / bandwidth + fixed.get("products", 0.0),
+        decode=_decode_traffic(m, n, moduli) / (bandwidth * profile.decode_efficiency) + fixed.get("decode", 0.0),
     )
 
 
@@ -175,14 +182,21 @@ def dgemm_seconds(profile: Profile, m: int, k: int, n: int) -> float:
     return 2 * m * n * k / profile.fp64
 
 
+# The emulation is chosen where it is predicted this much faster than DGEMM or more: the
+# predictions land within a fifth of the record, so a closer call could go either way, and
+# engine="auto" should never be the slower of the two by more than a few percent.
+EMULATION_MARGIN = 0.9
+
+
 def verdict(profile: Profile, m: int, k: int, n: int, *, digits: str, planes: int, moduli: int) -> Verdict | None:
-    """Whether native DGEMM is predicted faster than the emulation; None where the model has
-    no rate for ``digits`` on this device (it then makes no claim)."""
+    """Whether native DGEMM is taken: unless the emulation is predicted faster by
+    :data:`EMULATION_MARGIN`; None where the model has no rate for ``digits`` on this device
+    (it then makes no claim)."""
     emulated = predict(profile, m, k, n, digits=digits, planes=planes, moduli=moduli)
     if emulated is None:
         return None
     dgemm = dgemm_seconds(profile, m, k, n)
-    return Verdict(emulated.total > dgemm, emulated, dgemm, profile.name)
+    return Verdict(emulated.total > EMULATION_MARGIN * dgemm, emulated, dgemm, profile.name)
 
 
 # The emulation's workspace: at most twice the bytes of its float64 A, B and C.
@@ -250,42 +264,43 @@ def workspace_bytes(m: int, k: int, n: int, *, digits: str, planes: int, moduli:
                      for fixed, per_row in _phases(k, n, digits=digits, planes=planes, moduli=moduli)))
 
 
-def _h200_fit() -> tuple[float, float, float, float, float]:
-    """(int8 plane rate, overhead, plan, encode and decode efficiency) from :data:`H200_RECORD`.
-
-    The products' arithmetic (after the residue writes) is fitted as F/rate + overhead through
-    the two largest square shapes of the record; the plan's efficiency is taken on its time
-    less the code GEMMs at that rate.  Each efficiency is the median over the record's shapes:
-    the model aims at the measured times (benchmarks/RESULTS.md compares it with each run),
-    neither flattering the emulation nor DGEMM."""
+def _h200_fit() -> tuple[float, dict, float, float, float]:
+    """(int8 plane rate, fixed seconds per stage, plan, encode and decode efficiency) from
+    :data:`H200_RECORD`: each stage as a fixed part plus its traffic (for the products, its
+    arithmetic) at one rate, through the smallest and the largest square of the record; the
+    plan's traffic is its time less the code GEMMs at the products' rate.  The model aims at
+    the measured times (benchmarks/RESULTS.md compares it with each run), neither flattering
+    the emulation nor DGEMM; the tests hold every recorded call to a fifth of its time."""
     h200 = DEVICES["h200"]
+    small, large = (min(s for s in H200_RECORD if len(set(s)) == 1), max(s for s in H200_RECORD if len(set(s)) == 1))
 
-    def arithmetic(shape):
-        m, k, n = shape
-        moduli, _, _, products, _, _ = H200_RECORD[shape]
-        return moduli * 2 * m * k * n, products - moduli * m * n * RESIDUE_BYTES / h200.bandwidth
+    def through(work, seconds) -> tuple[float, float]:
+        # seconds = fixed + work / speed through the two squares: (speed, fixed).
+        w_small, w_large = work(*small), work(*large)
+        t_small, t_large = seconds(small), seconds(large)
+        speed = (w_large - w_small) / (t_large - t_small)
+        return speed, t_small - w_small / speed
 
-    small, large = sorted((shape for shape in H200_RECORD if len(set(shape)) == 1), key=lambda shape: shape[0])[-2:]
-    (f_small, t_small), (f_large, t_large) = arithmetic(small), arithmetic(large)
-    rate = (f_large - f_small) / (t_large - t_small)
-    overhead = t_small - f_small / rate
+    def recorded(stage: int):
+        return lambda shape: H200_RECORD[shape][1 + stage]
 
-    def median(values):
-        ordered = sorted(values)
-        return ordered[len(ordered) // 2]
+    def moduli(m, k, n):
+        return H200_RECORD[(m, k, n)][0]
 
-    plan = median(_plan_traffic(m, k, n) / h200.bandwidth / (t[1] - _CODE_GEMMS * 2 * m * n * k / rate)
-                  for (m, k, n), t in H200_RECORD.items())
-    encode = median(_encode_traffic(m, k, n, t[0], 1.0) / h200.bandwidth / t[2] for (m, k, n), t in H200_RECORD.items())
-    decode = median(_decode_traffic(m, n, t[0]) / h200.bandwidth / t[4] for (m, k, n), t in H200_RECORD.items())
-    return rate, overhead, plan, encode, decode
+    rate, products = through(lambda m, k, n: moduli(m, k, n) * 2 * m * k * n,
+                             lambda s: recorded(2)(s) - moduli(*s) * s[0] * s[2] * RESIDUE_BYTES / h200.bandwidth)
+    plan, plan_fixed = through(_plan_traffic, lambda s: recorded(0)(s) - _CODE_GEMMS * 2 * s[0] * s[1] * s[2] / rate)
+    encode, encode_fixed = through(lambda m, k, n: _encode_traffic(m, k, n, moduli(m, k, n), 1.0), recorded(1))
+    decode, decode_fixed = through(lambda m, k, n: _decode_traffic(m, n, moduli(m, k, n)), recorded(3))
+    fixed = {"plan": plan_fixed, "encode": encode_fixed, "products": products, "decode": decode_fixed}
+    return rate, fixed, plan / h200.bandwidth, encode / h200.bandwidth, decode / h200.bandwidth
 
 
 @cache
 def _profile(key: str) -> Profile:
     device = DEVICES[key]
     h200 = DEVICES["h200"]
-    rate, overhead, plan, encode, decode = _h200_fit()
+    rate, fixed, plan, encode, decode = _h200_fit()
     # The H200's fraction of its datasheet rate, carried to this device's datasheet rates (every
     # digit set at int8's measured fraction: the auto engine runs int8 plans only).
     tensor = rate / h200.rates["int8"]
@@ -295,7 +310,7 @@ def _profile(key: str) -> Profile:
         name=device.name, fp64=fp64 * device.fp64,
         rates={d: None if r is None else tensor * r for d, r in device.rates.items()},
         bandwidth=device.bandwidth, plan_efficiency=plan, encode_efficiency=encode, decode_efficiency=decode,
-        overhead=overhead,
+        overhead=fixed,
         source=f"{device.name}: {calibration}; {device.source}",
     )  # fmt: skip
 

@@ -116,8 +116,9 @@ def matmul(a, b, *, accuracy="fp64", engine: str = "auto"):
         the whole of A and B, not on one row and one column).  A result whose bound reaches the
         overflow threshold may round to ±inf, as DGEMM's may.  With the default
         ``engine="auto"`` on a GPU, the product is computed by native float64 matmul (cuBLAS
-        DGEMM) wherever the cost model (:mod:`ozaki.cost`, fixed per device and shape, never
-        timed at call time) predicts the emulation slower; the result then carries DGEMM's
+        DGEMM) unless the cost model (:mod:`ozaki.cost`, fixed per device and shape, never
+        timed at call time) predicts the emulation at least 10% faster
+        (``ozaki.cost.EMULATION_MARGIN``); the result then carries DGEMM's
         accuracy and is not bitwise reproducible across devices.  A debug message on the
         ``"ozaki"`` logger says which path ran and why.  Pass ``accuracy="exact"`` or an explicit
         engine for guaranteed emulated bits.

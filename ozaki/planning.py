@@ -363,6 +363,8 @@ def _sides(a: torch.Tensor, bt: torch.Tensor, accuracy: Accuracy,
 
 def _logged(plan: ProductPlan) -> ProductPlan:
     """Says which path a product takes and why on the "ozaki" logger (debug)."""
+    if not log.isEnabledFor(logging.DEBUG):  # the message costs host time on every call
+        return plan
     if plan.predicted is not None:
         outcome = str(plan.predicted)
     else:

@@ -21,7 +21,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from distributed_worker import PLACEMENTS, run
+from distributed_worker import PLACEMENTS, run, run_and_exit
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 
@@ -116,7 +116,7 @@ def _mesh_results(world: int) -> dict:
     with tempfile.TemporaryDirectory() as folder:
         init, jobs, results = (os.path.join(folder, name) for name in ("init", "jobs.pt", "results.pt"))
         torch.save(JOBS, jobs)
-        context = mp.start_processes(run, args=(world, init, jobs, results), nprocs=world, join=False,
+        context = mp.start_processes(run_and_exit, args=(world, init, jobs, results), nprocs=world, join=False,
                                      start_method="spawn")
         deadline = time.monotonic() + _MESH_DEADLINE_S
         try:

@@ -164,8 +164,8 @@ def _code_product(codes_a: torch.Tensor, codes_bt: torch.Tensor, m: int, n: int,
 
 def _int8_sums(a: torch.Tensor, bt: torch.Tensor, max_code: int, kernels: bool) -> torch.Tensor:
     """a·btᵀ in int32, exact (K·max_code² < 2^31): with ``kernels`` the plane GEMM of
-    ``kernels.products`` (on the H200 its tuned config outruns cuBLAS's int8 GEMM by about
-    half, benchmarks/kernels.md), else ``torch._int_mm``."""
+    ``kernels.products`` (on the H200 the two code GEMMs of n = 16384 took 12.7 ms against
+    ``torch._int_mm``'s 17.5, benchmarks/RESULTS.md 07:48 and 08:51 UTC), else ``torch._int_mm``."""
     if not kernels:
         return torch._int_mm(a, bt.T)
     config = tuned_plane_config("int8", a.shape[0], bt.shape[0], a.shape[1], 1, max(max_code**2, 1), a.device,

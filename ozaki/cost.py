@@ -27,10 +27,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
+from typing import NamedTuple
 
 __all__ = [
-    "DEVICES", "EMULATION_MARGIN", "H200_RECORD", "PLANNED_SHARE", "RESIDUE_BYTES", "Device", "Prediction", "Profile", "Verdict", "dgemm_seconds", "predict",
-    "profile_for", "stream_rows", "verdict", "workspace_bytes",
+    "DEVICES", "EMULATION_MARGIN", "H200_RECORD", "PLANNED_SHARE", "RESIDUE_BYTES", "Device", "Prediction", "Profile",
+    "Verdict", "dgemm_seconds", "predict", "profile_for", "stream_rows", "verdict", "workspace_bytes",
 ]  # fmt: skip
 
 
@@ -90,6 +91,17 @@ H200_RECORD = {
 }
 # DGEMM's best rate in that run (4096³; 56.5 TFLOP/s at 16384³).
 _RECORD_DGEMM = 57.7e12
+
+
+class _RecordedRun(NamedTuple):
+    """One entry of :data:`H200_RECORD`: moduli, then seconds."""
+
+    moduli: int
+    plan: float
+    encode: float
+    products: float
+    decode: float
+    dgemm: float
 
 
 @dataclass(frozen=True, eq=False)  # hashed by identity: profiles key caches of verdicts
@@ -272,26 +284,25 @@ def _h200_fit() -> tuple[float, dict, float, float, float]:
     the measured times (benchmarks/RESULTS.md compares it with each run), neither flattering
     the emulation nor DGEMM; the tests hold every recorded call to a fifth of its time."""
     h200 = DEVICES["h200"]
-    small, large = (min(s for s in H200_RECORD if len(set(s)) == 1), max(s for s in H200_RECORD if len(set(s)) == 1))
+    runs = {shape: _RecordedRun(*entry) for shape, entry in H200_RECORD.items()}
+    squares = sorted(shape for shape in runs if len(set(shape)) == 1)
 
     def through(work, seconds) -> tuple[float, float]:
-        # seconds = fixed + work / speed through the two squares: (speed, fixed).
-        w_small, w_large = work(*small), work(*large)
-        t_small, t_large = seconds(small), seconds(large)
+        # seconds = fixed + work / speed through the smallest and largest square: (speed, fixed).
+        # Both take (m, k, n) and the recorded run.
+        (w_small, t_small), (w_large, t_large) = ((work(*shape, runs[shape]), seconds(*shape, runs[shape]))
+                                                  for shape in (squares[0], squares[-1]))
         speed = (w_large - w_small) / (t_large - t_small)
         return speed, t_small - w_small / speed
 
-    def recorded(stage: int):
-        return lambda shape: H200_RECORD[shape][1 + stage]
-
-    def moduli(m, k, n):
-        return H200_RECORD[(m, k, n)][0]
-
-    rate, products = through(lambda m, k, n: moduli(m, k, n) * 2 * m * k * n,
-                             lambda s: recorded(2)(s) - moduli(*s) * s[0] * s[2] * RESIDUE_BYTES / h200.bandwidth)
-    plan, plan_fixed = through(_plan_traffic, lambda s: recorded(0)(s) - _CODE_GEMMS * 2 * s[0] * s[1] * s[2] / rate)
-    encode, encode_fixed = through(lambda m, k, n: _encode_traffic(m, k, n, moduli(m, k, n), 1.0), recorded(1))
-    decode, decode_fixed = through(lambda m, k, n: _decode_traffic(m, n, moduli(m, k, n)), recorded(3))
+    rate, products = through(lambda m, k, n, run: run.moduli * 2 * m * k * n,
+                             lambda m, k, n, run: run.products - run.moduli * m * n * RESIDUE_BYTES / h200.bandwidth)
+    plan, plan_fixed = through(lambda m, k, n, run: _plan_traffic(m, k, n),
+                               lambda m, k, n, run: run.plan - _CODE_GEMMS * 2 * m * k * n / rate)
+    encode, encode_fixed = through(lambda m, k, n, run: _encode_traffic(m, k, n, run.moduli, 1.0),
+                                   lambda m, k, n, run: run.encode)
+    decode, decode_fixed = through(lambda m, k, n, run: _decode_traffic(m, n, run.moduli),
+                                   lambda m, k, n, run: run.decode)
     fixed = {"plan": plan_fixed, "encode": encode_fixed, "products": products, "decode": decode_fixed}
     return rate, fixed, plan / h200.bandwidth, encode / h200.bandwidth, decode / h200.bandwidth
 

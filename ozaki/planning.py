@@ -228,12 +228,10 @@ def _finite(a: torch.Tensor, b: torch.Tensor) -> tuple[tuple[torch.Tensor, bool]
     ozaki.frontend), and whether any was there."""
     # One reduction pass per operand and one read for both: NaN propagates into both extremes
     # and ±Inf is one of them, so both are finite exactly when every entry is.
-    ends = [torch.stack(torch.aminmax(x)) for x in (a, b) if x.numel()]
-    finite = torch.cat(ends).isfinite().all() if ends else torch.tensor(True)
-    if bool(finite):
-        return (a, False), (b, False)
-    return tuple((torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0), not bool(x.isfinite().all()))
-                 for x in (a, b))
+    flags = [torch.stack(torch.aminmax(x)).isfinite().all() if x.numel() else torch.tensor(True, device=x.device)
+             for x in (a, b)]
+    return tuple((x, False) if finite else (torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0), True)
+                 for x, finite in zip((a, b), torch.stack(flags).tolist()))
 
 
 def plan_product(a: torch.Tensor, b: torch.Tensor, accuracy: Accuracy = "fp64", engine: str = "auto",

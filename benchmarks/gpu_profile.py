@@ -6,14 +6,20 @@ Run from the repository root on the GPU machine:
 
 A = B-shaped (rand − 0.5)·exp(0.5·randn) float64 n × n matrices; two untimed calls of
 ``ozaki.matmul(a, b, engine=...)`` (compilation, tuning), then the wall time of ``ozaki.explain`` (the plan
-alone) and of one whole call, then one call under the profiler: the table of CUDA time by kernel and the
-count of host-synchronising calls (``cudaStreamSynchronize``, copies to the host, ``.item()``).
+alone) and of one whole call, then one call under the profiler: the table of CUDA time by kernel, the
+count of host-synchronising calls (``cudaStreamSynchronize``, copies to the host, ``.item()``), the
+device's idle time between kernels with the longest gaps and the kernels around them, and, from one more
+call under ``torch.cuda.set_sync_debug_mode("warn")``, the line of the library that made each
+synchronisation.
 """
 
 from __future__ import annotations
 
+import collections
 import sys
 import time
+import traceback
+import warnings
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -51,9 +57,51 @@ def main() -> None:
     print(events.table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=60))
     syncs = {e.key: e.count for e in events if any(s in e.key for s in _SYNC_EVENTS)}
     print(f"host-synchronising calls: {syncs}")
+    _print_gaps(trace)
+    _print_sync_sites(lambda: ozaki.matmul(a, b, engine=engine))
     moduli = len(plan.moduli.moduli) if plan.moduli is not None else 0
     print(f"n = {n}, engine {engine}, {plan.path}, {moduli} moduli: explain {planned * 1e3:.1f} ms, "
           f"whole call {whole * 1e3:.1f} ms")
+
+
+def _print_gaps(trace, shown: int = 12) -> None:
+    """Device time between the kernels (and copies) of the profiled call: where the GPU waited for the host."""
+    spans = sorted((e.time_range.start, e.time_range.end, e.name) for e in trace.events()
+                   if e.device_type == torch.autograd.DeviceType.CUDA)
+    if not spans:
+        return
+    gaps, busy, end, previous = [], 0.0, spans[0][0], spans[0][2]
+    for start, stop, name in spans:
+        if start > end:
+            gaps.append((start - end, previous, name))
+        busy += max(0.0, stop - max(start, end))
+        if stop > end:
+            end, previous = stop, name
+    total = end - spans[0][0]
+    print(f"device span {total / 1e3:.2f} ms: busy {busy / 1e3:.2f} ms, idle {(total - busy) / 1e3:.2f} ms "
+          f"in {len(gaps)} gaps")
+    for gap, before, after in sorted(gaps, reverse=True)[:shown]:
+        print(f"  idle {gap / 1e3:7.3f} ms  after {before[:50]:50s}  before {after[:50]}")
+
+
+def _print_sync_sites(call) -> None:
+    """The innermost ozaki or kernels line under each synchronising call of ``call()``."""
+    sites = collections.Counter()
+
+    def record(message, category, filename, lineno, file=None, line=None):
+        frames = [f for f in traceback.extract_stack()[:-1] if "/ozaki/" in f.filename or "/kernels/" in f.filename]
+        sites[f"{frames[-1].filename.split('/')[-2]}/{frames[-1].name}:{frames[-1].lineno}" if frames else filename] += 1
+
+    torch.cuda.synchronize()
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = record
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            call()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    print(f"synchronisations by site ({sum(sites.values())}): {dict(sites)}")
 
 
 if __name__ == "__main__":

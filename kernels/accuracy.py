@@ -5,16 +5,17 @@ int8 product of codes once:
 
 * :func:`upper_reading_kernel`, one pass over A (or Bᵀ) that needs only each row's top t:
   the upper sum U = Σ over non-zero entries of 2^max(W − d, 0), d = t − e (e the frexp
-  exponent of the entry), the upper codes ⌈|x|·2^(D_U − t)⌉ (at least 1 for a non-zero
-  entry) and their row sums;
+  exponent of the entry), and the row sums and sums of squares of the upper codes
+  ⌈|x|·2^(D_U − t)⌉ (at least 1 for a non-zero entry), which bound their product by
+  Cauchy–Schwarz: the codes themselves are never written;
 * :func:`lower_codes_kernel`, one pass writing the lower codes min(⌊|x|·2^(D − r)⌋, 127)
   once each row's window top r is known (it depends on U);
 * :func:`least_quotients_kernel`, one pass over the lower codes' product G giving, per row
   of A and per column of B, the least quotient G_ij·2^off / U of the other side's lines.
 
-Each pass reads the input through its strides (Bᵀ's rows, B's columns, in place) and writes
-the codes K-contiguous and zero-padded to the shape the int8 GEMM takes (``padded``), so the
-GEMM needs no copy.  Every result is the torch path's bit for bit, whatever the tile shape
+Each pass reads the input through its strides (Bᵀ's rows, B's columns, in place); the lower
+pass writes its codes K-contiguous and zero-padded to the shape the int8 GEMM takes
+(``padded``), so the GEMM needs no copy.  Every result is the torch path's bit for bit, whatever the tile shape
 or the split of K: the sums are integer sums (atomics in any order give the same int64),
 each code is one entry's function, and each quotient is the same float64 operations in the
 same order as ``ozaki.accuracy`` (a power-of-two scaling by two exact factors, as
@@ -49,23 +50,29 @@ __all__ = ["CODES_BLOCK", "CODES_WARPS", "CODE_LEVELS", "CODE_MAX", "QUOTIENTS_B
 # D: the lower codes count in units of 2^(r − D) up to int8's 127.
 CODE_LEVELS = 7
 CODE_MAX = 127
-# D_U: the upper codes count in units of 2^(t − D_U), at most 2^D_U = 64 as every |x| < 2^t.
-UPPER_LEVELS = 6
+# D_U: the upper codes count in units of 2^(t − D_U), at most 2^D_U as every |x| < 2^t.  No
+# GEMM takes them (only their sums and sums of squares, in int64, up to K·2^(2·D_U)), so they
+# are fine: 2^16 levels leave the rounding up of any entry above 2^-10 of its row's top under
+# 2^-6 of it, where int8's 64 levels cost phi = 0.5 rows about a third of their mass.
+UPPER_LEVELS = 16
 UPPER_CODE_MAX = 1 << UPPER_LEVELS
+# The sums of squares stay int64 while K·UPPER_CODE_MAX² < 2^63.
+_MAX_UPPER_K = (2**63 - 1) // UPPER_CODE_MAX**2
 
 
 class UpperReading(NamedTuple):
     """What the rule reads of an operand's rows given only their tops, from either path."""
 
     sums: torch.Tensor  # int64, one per row: U
-    codes: torch.Tensor  # int8 [padded rows, padded K]: the upper codes, zeros past the operand
     code_sums: torch.Tensor  # int64, one per row: the sum of the row's upper codes
+    code_squares: torch.Tensor  # int64, one per row: the sum of their squares
 
 
 # K x rows per tile of the operand passes.  As in kernels.scaling, the compiler lays the load
 # out with the input's unit-stride axis fastest, so A and Bᵀ are both read coalesced; the
-# codes leave K-contiguous (for Bᵀ through a layout change in shared memory).  Two int64
-# accumulators per entry (U and the code sums) keep 2048 entries over 4 warps in registers.
+# lower codes leave K-contiguous (for Bᵀ through a layout change in shared memory).  Three
+# int64 accumulators per entry (U, the code sums and squares) keep 2048 entries over 4 warps
+# in registers.
 CODES_BLOCK = (32, 64)
 CODES_WARPS = 4
 # Rows x columns of G per program of the quotient pass: each program writes its tile's
@@ -90,7 +97,7 @@ _UPPER_LEVELS = tl.constexpr(UPPER_LEVELS)
 
 @triton.jit
 def _codes_kernel(
-    x_ptr, top_ptr, codes_ptr, sums_ptr, code_sums_ptr,
+    x_ptr, top_ptr, codes_ptr, sums_ptr, code_sums_ptr, code_squares_ptr,
     rows, K, rows_out, k_out, stride_xr, stride_xk, stride_cr, levels, k_chunk,
     UPPER: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr,
 ):
@@ -109,6 +116,7 @@ def _codes_kernel(
     # Elementwise running sums over this program's K chunk, reduced across the tile once.
     sums = tl.zeros([BLOCK_K, BLOCK_R], dtype=tl.int64)
     code_sums = tl.zeros([BLOCK_K, BLOCK_R], dtype=tl.int64)
+    code_squares = tl.zeros([BLOCK_K, BLOCK_R], dtype=tl.int64)
     for k0 in range(k_start, k_stop, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
         # Past the operand (K or rows) entries read as 0.0: zero codes, nothing summed.
@@ -117,8 +125,9 @@ def _codes_kernel(
         nonzero = x != 0
         scaled = tl.abs(x) * scale_first[None, :] * scale_second[None, :]
         if UPPER:
-            codes = tl.where(nonzero, tl.maximum(tl.ceil(scaled), 1.0), 0.0)
-            code_sums += codes.to(tl.int64)
+            codes = tl.where(nonzero, tl.maximum(tl.ceil(scaled), 1.0), 0.0).to(tl.int64)
+            code_sums += codes
+            code_squares += codes * codes
             magnitude = x.to(tl.int64, bitcast=True) & _SIGN_MASK
             field = magnitude >> _FRACTION_BITS
             subnormal_field = magnitude.to(tl.float64).to(tl.int64, bitcast=True) >> _FRACTION_BITS
@@ -128,15 +137,16 @@ def _codes_kernel(
             sums += tl.where(nonzero, term, 0)
         else:
             codes = tl.floor(tl.minimum(scaled, _CODE_MAX))
-        tl.store(codes_ptr + offs_r[None, :].to(tl.int64) * stride_cr + offs_k[:, None], codes.to(tl.int8),
-                 mask=(offs_k[:, None] < k_stop) & out_rows[None, :])
+            tl.store(codes_ptr + offs_r[None, :].to(tl.int64) * stride_cr + offs_k[:, None], codes.to(tl.int8),
+                     mask=(offs_k[:, None] < k_stop) & out_rows[None, :])
     if UPPER:
         # Integer sums: the order in which the chunks' atomics land changes nothing.
         tl.atomic_add(sums_ptr + offs_r, tl.sum(sums, axis=0), mask=row_mask)
         tl.atomic_add(code_sums_ptr + offs_r, tl.sum(code_sums, axis=0), mask=row_mask)
+        tl.atomic_add(code_squares_ptr + offs_r, tl.sum(code_squares, axis=0), mask=row_mask)
 
 
-def _check_operand(x: torch.Tensor, scale: torch.Tensor, padded: tuple[int, int]) -> None:
+def _check_operand(x: torch.Tensor, scale: torch.Tensor, padded: tuple[int, int] | None = None) -> None:
     if not isinstance(x, torch.Tensor) or x.dtype != torch.float64:
         raise TypeError(f"x must be a float64 tensor, got {getattr(x, 'dtype', type(x).__name__)}")
     if x.dim() != 2:
@@ -144,42 +154,42 @@ def _check_operand(x: torch.Tensor, scale: torch.Tensor, padded: tuple[int, int]
     if scale.shape != x.shape[:1] or scale.dtype != torch.int64 or scale.device != x.device:
         raise ValueError(f"the row tops must be int64 of shape {tuple(x.shape[:1])} on {x.device}, got "
                          f"{scale.dtype} {tuple(scale.shape)} on {scale.device}")
-    if len(padded) != 2 or padded[0] < x.shape[0] or padded[1] < x.shape[1]:
+    if padded is not None and (len(padded) != 2 or padded[0] < x.shape[0] or padded[1] < x.shape[1]):
         raise ValueError(f"padded {tuple(padded)} must hold x's shape {tuple(x.shape)}")
 
 
 def _launch_codes(x: torch.Tensor, scale: torch.Tensor, padded: tuple[int, int], levels: int,
-                  sums: torch.Tensor | None, code_sums: torch.Tensor | None, block: tuple[int, int],
-                  chunks: int | None, num_warps: int) -> torch.Tensor:
-    # The grid covers the padded codes; the kernel reads x only within its shape.
+                  codes: torch.Tensor | None, sums: tuple[torch.Tensor, ...] | None, block: tuple[int, int],
+                  chunks: int | None, num_warps: int) -> None:
+    # The grid covers ``padded`` (the lower codes' buffer, or x's shape); the kernel reads x
+    # only within its shape.
     launch = scaling.chunked_grid(*padded, block, chunks)
-    codes = torch.empty(padded, dtype=torch.int8, device=x.device)
     if launch is not None:
         grid, k_chunk = launch
         _codes_kernel[grid](
-            x, scale, codes, sums, code_sums, x.shape[0], x.shape[1], padded[0], padded[1], x.stride(0), x.stride(1),
-            codes.stride(0), levels, k_chunk,
+            x, scale, codes, *(sums or (None, None, None)), x.shape[0], x.shape[1], padded[0], padded[1],
+            x.stride(0), x.stride(1), 0 if codes is None else codes.stride(0), levels, k_chunk,
             UPPER=sums is not None, BLOCK_K=block[0], BLOCK_R=block[1], num_warps=num_warps,
         )
-    return codes
 
 
-def upper_reading_kernel(x: torch.Tensor, top: torch.Tensor, levels: int, padded: tuple[int, int], *,
+def upper_reading_kernel(x: torch.Tensor, top: torch.Tensor, levels: int, *,
                          block: tuple[int, int] = CODES_BLOCK, chunks: int | None = None,
                          num_warps: int = CODES_WARPS) -> UpperReading:
     """The :class:`UpperReading` of x ``[rows, K]`` (float64, finite, any strides: for B pass
-    Bᵀ, a view) in one pass: U with W = ``levels``, the upper codes in an int8 ``padded``
-    (rows, K) buffer (zeros past x) and their row sums.  ``top`` (int64, one per row) must be
-    at least every entry's frexp exponent (the row maximum's: ``ozaki.accuracy``), so that
-    every code is at most 64 and every d ≥ 0.  ``block``, ``chunks`` (K split over this many
-    programs per block of rows) and ``num_warps`` change the speed, never the result."""
-    _check_operand(x, top, padded)
+    Bᵀ, a view) in one pass: U with W = ``levels``, and the row sums and sums of squares of
+    the upper codes.  ``top`` (int64, one per row) must be at least every entry's frexp
+    exponent (the row maximum's: ``ozaki.accuracy``), so that every code is at most 64 and
+    every d ≥ 0.  ``block``, ``chunks`` (K split over this many programs per block of rows)
+    and ``num_warps`` change the speed, never the result."""
+    _check_operand(x, top)
+    if x.shape[1] > _MAX_UPPER_K:
+        raise ValueError(f"K = {x.shape[1]} passes {_MAX_UPPER_K}, where the codes' sums of squares leave int64")
     if not 0 <= levels <= _MAX_SUM_LEVELS:
         raise ValueError(f"levels must lie in [0, {_MAX_SUM_LEVELS}] (U's terms are int64 powers of two), got {levels}")
-    sums = torch.zeros(x.shape[0], dtype=torch.int64, device=x.device)
-    code_sums = torch.zeros(x.shape[0], dtype=torch.int64, device=x.device)
-    codes = _launch_codes(x, top, padded, levels, sums, code_sums, block, chunks, num_warps)
-    return UpperReading(sums, codes, code_sums)
+    reading = UpperReading(*(torch.zeros(x.shape[0], dtype=torch.int64, device=x.device) for _ in range(3)))
+    _launch_codes(x, top, tuple(x.shape), levels, None, reading, block, chunks, num_warps)
+    return reading
 
 
 def lower_codes_kernel(x: torch.Tensor, window_top: torch.Tensor, padded: tuple[int, int], *,
@@ -190,7 +200,9 @@ def lower_codes_kernel(x: torch.Tensor, window_top: torch.Tensor, padded: tuple[
     buffer, zeros past x, in one pass.  ``block``, ``chunks`` and ``num_warps`` change the
     speed, never the result."""
     _check_operand(x, window_top, padded)
-    return _launch_codes(x, window_top, padded, 0, None, None, block, chunks, num_warps)
+    codes = torch.empty(padded, dtype=torch.int8, device=x.device)
+    _launch_codes(x, window_top, padded, 0, codes, None, block, chunks, num_warps)
+    return codes
 
 
 @triton.jit
@@ -277,17 +289,16 @@ def _padded_codes(codes: list[list[int]], padded: tuple[int, int], device: torch
     return out.to(device)
 
 
-def reference_upper_reading(x: torch.Tensor, top: torch.Tensor, levels: int, padded: tuple[int, int]) -> UpperReading:
+def reference_upper_reading(x: torch.Tensor, top: torch.Tensor, levels: int) -> UpperReading:
     """What :func:`upper_reading_kernel` computes, entry by entry: U = Σ 2^max(W − (t − e), 0)
-    over non-zero entries (e from frexp), the exact ⌈|x|·2^(D_U − t)⌉ (at least 1) of each
-    non-zero entry, zero elsewhere, and the codes' row sums."""
+    over non-zero entries (e from frexp), and the row sums and sums of squares of the exact
+    upper codes ⌈|x|·2^(D_U − t)⌉ (at least 1) of the non-zero entries."""
     sums, codes = [], []
     for row, t in _rows(x, top):
         sums.append(sum(1 << max(levels - (t - math.frexp(v)[1]), 0) for v in row if v != 0))
-        codes.append([max(math.ceil(Fraction(abs(v)) * Fraction(2) ** (UPPER_LEVELS - t)), 1) if v != 0 else 0
-                      for v in row])
-    return UpperReading(torch.tensor(sums, dtype=torch.int64, device=x.device), _padded_codes(codes, padded, x.device),
-                        torch.tensor([sum(row) for row in codes], dtype=torch.int64, device=x.device))
+        codes.append([max(math.ceil(Fraction(abs(v)) * Fraction(2) ** (UPPER_LEVELS - t)), 1) for v in row if v != 0])
+    return UpperReading(*(torch.tensor(column, dtype=torch.int64, device=x.device) for column in (
+        sums, [sum(row) for row in codes], [sum(c * c for c in row) for row in codes])))
 
 
 def reference_lower_codes(x: torch.Tensor, window_top: torch.Tensor, padded: tuple[int, int]) -> torch.Tensor:
@@ -327,12 +338,14 @@ def compile_ptx(capability: int = 90, kernel: str = "upper", operand: str = "a",
         unit, other = {"a": ("stride_xk", "stride_xr"), "b": ("stride_xr", "stride_xk")}.get(operand, (None, None))
         if unit is None:
             raise ValueError(f"operand must be 'a' or 'b', got {operand!r}")
-        pointers = {"x_ptr": "*fp64", "top_ptr": "*i64", "codes_ptr": "*i8"}
+        pointers = {"x_ptr": "*fp64", "top_ptr": "*i64"}
         constexprs = {"BLOCK_K": CODES_BLOCK[0], "BLOCK_R": CODES_BLOCK[1], "UPPER": kernel == "upper", unit: 1}
-        if kernel == "upper":
-            pointers.update(sums_ptr="*i64", code_sums_ptr="*i64")
-        else:  # as lower_codes_kernel launches it: no sums
-            constexprs.update(sums_ptr=None, code_sums_ptr=None)
+        if kernel == "upper":  # as upper_reading_kernel launches it: sums, no codes
+            pointers.update(sums_ptr="*i64", code_sums_ptr="*i64", code_squares_ptr="*i64")
+            constexprs.update(codes_ptr=None)
+        else:  # as lower_codes_kernel launches it: codes, no sums
+            pointers.update(codes_ptr="*i8")
+            constexprs.update(sums_ptr=None, code_sums_ptr=None, code_squares_ptr=None)
         fn, sizes, warps = _codes_kernel, ["rows", "K", "rows_out", "k_out", other, "stride_cr", "k_chunk"], CODES_WARPS
     else:
         raise ValueError(f"kernel must be 'upper', 'lower' or 'quotients', got {kernel!r}")

@@ -36,9 +36,15 @@ A row kept at its lossless width contributes no error.
 
 The moduli.  The CRT needs ∏m > 2·max|A'B'|; the plans' capacity 2·K·(2^p − 1)(2^q − 1)
 assumes every entry at its row's maximum.  :class:`MagnitudeBound` bounds Σ_k |A'_ik||B'_kj|
-from the data instead, with a second int8 GEMM of *upper* codes ⌈|x|·2^(6 − top)⌉, exactly
-in integers; on phi = 0.5 data it is some 2^10 below, which the plan spends on more bits per
-row (ozaki.planning: every row keeps what the int8 plan of its need pays for).
+from the data instead, through *upper* codes c = ⌈|x|·2^(16 − top)⌉ and their product
+G = c_A·c_Bᵀ, exactly in integers; on phi = 0.5 data it is some 2^10 below, which the plan
+spends on more bits per row (ozaki.planning: every row keeps what the int8 plan of its need
+pays for).  G itself is never formed: only its maximum enters, and Cauchy–Schwarz bounds
+that by √(max_i Q^A_i · max_j Q^B_j) from the codes' sums of squares Q (and Hölder by 2^16
+times the largest row sum of codes), read in the same pass as U.  For rows of i.i.d. entries
+that is E[c²]/E[c]² above the typical G_ij (1.7 at phi = 0.5), about what the rounding up of
+int8 codes (64 levels) cost when an int8 GEMM of them formed G, at none of that GEMM's cost
+(one plane GEMM of the product's).
 
 :func:`fp64_statistics` reads both from the data.  On a GPU (``kernels=True``, which the
 planning passes on CUDA tensors) its reads of the operands and of the code product run as
@@ -49,6 +55,7 @@ the torch path): exact integers either way.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -73,8 +80,8 @@ FP64_GUARD = 4
 MAX_K = 2**22
 # D (CODE_LEVELS): the codes of the lower bound of |A||B| count in units of 2^(r − D) up to
 # int8's 127 (CODE_MAX); kernels.accuracy holds the codes' constants, as both layers write them.
-# int8 GEMMs accumulate in int32: a chunk of K codes of at most 127 (the upper codes are at
-# most 64) sums exactly while chunk·127² ≤ 2^31 − 1; the largest power of two, 2^17.
+# int8 GEMMs accumulate in int32: a chunk of K codes of at most 127 sums exactly while
+# chunk·127² ≤ 2^31 − 1; the largest power of two, 2^17.
 _INT32_MAX = 2**31 - 1
 _INT_MM_CHUNK = 1 << (_INT32_MAX // CODE_MAX**2).bit_length() - 1
 # W for the upper sums: U ≤ K·2^W must stay below 2^53 to be exact as float64.
@@ -143,9 +150,9 @@ def _padded(codes: torch.Tensor, rows: int, k: int) -> torch.Tensor:
     return torch.nn.functional.pad(codes, (0, k - codes.shape[1], 0, rows - codes.shape[0]))
 
 
-def _code_product(codes_a: torch.Tensor, codes_bt: torch.Tensor, m: int, n: int, k: int, max_code: int,
+def _code_product(codes_a: torch.Tensor, codes_bt: torch.Tensor, m: int, n: int, k: int,
                   kernels: bool) -> torch.Tensor:
-    """G = codes_a·codes_btᵀ of the first m and n rows exactly, from int8 codes in [0, max_code]
+    """G = codes_a·codes_btᵀ of the first m and n rows exactly, from int8 codes in [0, 127]
     zero-padded to :func:`_gemm_shape`.  ``k`` is the whole product's K (a mesh sums this
     device's G over it): up to one int32-exact chunk, G is the int32 result of one GEMM, exact
     for the sum over every device too; beyond, int64 sums of chunks."""
@@ -154,23 +161,23 @@ def _code_product(codes_a: torch.Tensor, codes_bt: torch.Tensor, m: int, n: int,
         # A device of a mesh holding no line of a side (or no K): no GEMM to launch.
         return torch.zeros((m, n), dtype=dtype, device=codes_a.device)
     if dtype == torch.int32:
-        return _int8_sums(codes_a, codes_bt, max_code, kernels)[:m, :n]
+        return _int8_sums(codes_a, codes_bt, kernels)[:m, :n]
     total = torch.zeros((codes_a.shape[0], codes_bt.shape[0]), dtype=torch.int64, device=codes_a.device)
     for start in range(0, codes_a.shape[1], _INT_MM_CHUNK):
         chunk = slice(start, start + _INT_MM_CHUNK)
-        total += _int8_sums(codes_a[:, chunk], codes_bt[:, chunk], max_code, kernels)
+        total += _int8_sums(codes_a[:, chunk], codes_bt[:, chunk], kernels)
     return total[:m, :n]
 
 
-def _int8_sums(a: torch.Tensor, bt: torch.Tensor, max_code: int, kernels: bool) -> torch.Tensor:
-    """a·btᵀ in int32, exact (K·max_code² < 2^31): with ``kernels`` the plane GEMM of
-    ``kernels.products`` (on the H200 the two code GEMMs of n = 16384 took 12.7 ms against
+def _int8_sums(a: torch.Tensor, bt: torch.Tensor, kernels: bool) -> torch.Tensor:
+    """a·btᵀ in int32 for codes in [0, 127], exact (K·127² < 2^31): with ``kernels`` the plane
+    GEMM of ``kernels.products`` (on the H200, n = 16384, 12.7 ms for two such GEMMs against
     ``torch._int_mm``'s 17.5, benchmarks/RESULTS.md 07:48 and 08:51 UTC), else ``torch._int_mm``."""
     if not kernels:
         return torch._int_mm(a, bt.T)
-    config = tuned_plane_config("int8", a.shape[0], bt.shape[0], a.shape[1], 1, max(max_code**2, 1), a.device,
+    config = tuned_plane_config("int8", a.shape[0], bt.shape[0], a.shape[1], 1, CODE_MAX**2, a.device,
                                 moduli=[EXACT_SUM_MODULUS])
-    return exact_int8_matmul(a.contiguous(), bt.contiguous(), max_code, config=config)
+    return exact_int8_matmul(a.contiguous(), bt.contiguous(), CODE_MAX, config=config)
 
 
 def _least_quotients(g: torch.Tensor, sums: torch.Tensor, offset: torch.Tensor, dim: int) -> torch.Tensor:
@@ -196,10 +203,10 @@ def _levels(base: torch.Tensor, least: torch.Tensor) -> torch.Tensor:
 
 
 def upper_abs_product_codes(x: torch.Tensor, top: torch.Tensor) -> torch.Tensor:
-    """Per entry of x (R, K), the int8 code c = ⌈|x|·2^(D_U − top)⌉ ≤ 64 (at least 1 for a
+    """Per entry of x (R, K), the int64 code c = ⌈|x|·2^(D_U − top)⌉ ≤ 2^D_U (at least 1 for a
     non-zero entry, also where the scaling underflows): |x| ≤ 2^(top − D_U)·c."""
     scaled = ldexp(x.abs(), (UPPER_LEVELS - top)[:, None]).ceil_()
-    return torch.where(x != 0, scaled.clamp_(min=1), 0).to(torch.int8)
+    return torch.where(x != 0, scaled.clamp_(min=1), 0).to(torch.int64)
 
 
 @dataclass(frozen=True)
@@ -210,12 +217,21 @@ class MagnitudeBound:
 
     with D = D_U, G = c_A·c_B the product of upper codes and R the row sums of the codes:
     |A'_ik| ≤ |A_ik|·2^(p − top_i) + ½ ≤ 2^(p − D)·c_ik + ½ (a row's shift is at most
-    p − top_i).  The fields hold the maxima over i and j, so the bound holds for every entry."""
+    p − top_i).  The fields hold maxima over i and j (``products`` an upper bound of
+    max_ij G_ij, :meth:`from_code_sums`), so the bound holds for every entry."""
 
-    products: int  # max_ij G_ij
+    products: int  # ≥ max_ij G_ij
     rows_a: int  # max_i R^A_i
     rows_b: int  # max_j R^B_j
     k: int
+
+    @classmethod
+    def from_code_sums(cls, rows_a: int, rows_b: int, squares_a: int, squares_b: int, k: int) -> MagnitudeBound:
+        """The bound from the largest row sums R and sums of squares Q of each side's codes:
+        G_ij = Σ_k c_ik·c_jk ≤ √(Q^A_i·Q^B_j) (Cauchy–Schwarz), and G_ij ≤ 2^D_U·R^A_i, 2^D_U·R^B_j
+        as every code is at most 2^D_U; G_ij is an integer, so the integer square root bounds it too."""
+        products = min(math.isqrt(squares_a * squares_b), UPPER_CODE_MAX * rows_a, UPPER_CODE_MAX * rows_b)
+        return cls(products, rows_a, rows_b, k)
 
     def capacity(self, p: int, q: int) -> int:
         """⌊2·bound⌋: moduli whose product exceeds it recover A'B' exactly (the CRT's window
@@ -236,12 +252,11 @@ class MagnitudeBound:
         return MagnitudeBound(*agreement.agree("max", [self.products, self.rows_a, self.rows_b]), self.k)
 
 
-def _upper_reading(x: torch.Tensor, top: torch.Tensor, levels: int, padded: tuple[int, int],
-                   kernels: bool) -> UpperReading:
+def _upper_reading(x: torch.Tensor, top: torch.Tensor, levels: int, kernels: bool) -> UpperReading:
     if kernels:
-        return accuracy_kernels.upper_reading_kernel(x, top, levels, padded)
+        return accuracy_kernels.upper_reading_kernel(x, top, levels)
     codes = upper_abs_product_codes(x, top)
-    return UpperReading(_upper_sums(x, top, levels), _padded(codes, *padded), codes.to(torch.int64).sum(dim=-1))
+    return UpperReading(_upper_sums(x, top, levels), codes.sum(dim=-1), (codes * codes).sum(dim=-1))
 
 
 def _lower_codes(x: torch.Tensor, window_top: torch.Tensor, padded: tuple[int, int], kernels: bool) -> torch.Tensor:
@@ -265,8 +280,7 @@ def fp64_statistics(a: torch.Tensor, bt: torch.Tensor, extents_a: Extents, exten
     pad_m, pad_k, pad_n = _gemm_shape(m, a.shape[-1], n, a.device)
     levels = min(_SUM_LEVELS, 52 - k.bit_length())
     top_a, top_b = _tops(extents_a), _tops(extents_b)
-    upper_a = _upper_reading(a, top_a, levels, (pad_m, pad_k), kernels)
-    upper_b = _upper_reading(bt, top_b, levels, (pad_n, pad_k), kernels)
+    upper_a, upper_b = _upper_reading(a, top_a, levels, kernels), _upper_reading(bt, top_b, levels, kernels)
     if k > MAX_K:
         # Past the K the derivation covers, every row keeps its lossless width.
         level_a = torch.full(a.shape[:-1], UNBOUNDED, dtype=torch.int64, device=a.device)
@@ -277,7 +291,7 @@ def fp64_statistics(a: torch.Tensor, bt: torch.Tensor, extents_a: Extents, exten
         # L_ij ≥ 2^(r_i + r_j − 2D)·G_ij and S^B_j ≤ 2^(top_j − W)·U_j: the first condition reads
         # 2^-p_i ≤ 2^(h − 53 − g + r_i − top_i − 2D + W)·min_j G_ij·2^(r_j − top_j)/U_j.
         codes_a, codes_b = _lower_codes(a, r_a, (pad_m, pad_k), kernels), _lower_codes(bt, r_b, (pad_n, pad_k), kernels)
-        g = agreement.sum_over_k(_code_product(codes_a, codes_b, m, n, k, CODE_MAX, kernels), bound=k * CODE_MAX**2)
+        g = agreement.sum_over_k(_code_product(codes_a, codes_b, m, n, k, kernels), bound=k * CODE_MAX**2)
         offset_a, offset_b = r_a - top_a, r_b - top_b
         if kernels:
             least_a, least_b = accuracy_kernels.least_quotients_kernel(g, u_a, offset_a, u_b, offset_b)
@@ -287,10 +301,9 @@ def fp64_statistics(a: torch.Tensor, bt: torch.Tensor, extents_a: Extents, exten
         level_a = _levels(base + top_a - r_a, agreement.min_over_columns(least_a))
         level_b = _levels(base + top_b - r_b, agreement.min_over_rows(least_b))
     # The bound's maxima over lines are those of the whole K's sums.
-    g = agreement.sum_over_k(_code_product(upper_a.codes, upper_b.codes, m, n, k, UPPER_CODE_MAX, kernels),
-                             bound=k * UPPER_CODE_MAX**2)
-    rows_a, rows_b = (agreement.sum_over_k(upper.code_sums, bound=k * UPPER_CODE_MAX) for upper in (upper_a, upper_b))
-    return level_a, level_b, MagnitudeBound(*extremes("max", [[g], [rows_a], [rows_b]], 0), k)
+    sums = [[agreement.sum_over_k(upper.code_sums, bound=k * UPPER_CODE_MAX)] for upper in (upper_a, upper_b)]
+    squares = [[agreement.sum_over_k(upper.code_squares, bound=k * UPPER_CODE_MAX**2)] for upper in (upper_a, upper_b)]
+    return level_a, level_b, MagnitudeBound.from_code_sums(*extremes("max", [*sums, *squares], 0), k)
 
 
 def _with_carry(level: torch.Tensor) -> torch.Tensor:

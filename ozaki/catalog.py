@@ -1,4 +1,4 @@
-"""The installed catalog of encodings and plans, loaded once and verified on load.
+"""The installed catalog of encodings and plans, read once, each verified before its first use.
 
 Where it lives: ``$OZAKI_CATALOG`` when set (a catalog the search engine just wrote, or a
 test's); else ``ozaki/_catalog/`` inside a built wheel (pyproject force-includes the
@@ -7,8 +7,12 @@ editable install.  Every ``**/*.json`` file is dispatched on its ``format`` fiel
 ``product/``, ``residue/`` and ``plan/`` subfolders are a convention, not a rule; each
 file must be called ``<name>.json`` after the name inside it, and names are unique.
 
-One invalid file fails the whole load with a ``ValueError`` naming it rather than being
-skipped, so a corrupted catalog is noticed at once instead of quietly serving fewer plans.
+A file that is not a JSON object of either format, or whose name is taken or differs from
+its file's, fails the whole read with a ``ValueError`` naming it.  Each encoding and plan is
+verified (``ozaki.formats`` recomputes every claim it makes) when first looked up, and an
+invalid one raises then, naming its file, rather than being skipped: ``encodings()`` and
+``plans()`` verify all, so a corrupted catalog is noticed instead of quietly serving fewer
+plans.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import difflib
 import os
 from functools import cache
 from pathlib import Path
-from typing import Mapping
+from typing import Iterator, Mapping
 
 from kernels.digits import digit_set
 from ozaki import formats
@@ -26,6 +30,7 @@ from ozaki.formats import (
     PLAN_FORMAT,
     Encoding,
     Plan,
+    _plan_alone,
     _read_json,
     encoding_from_dict,
     plan_from_dict,
@@ -63,35 +68,58 @@ def catalog_dir() -> Path:
     return wheel if wheel.is_dir() else _PACKAGE.parent / "encodings"
 
 
+class _Catalog(Mapping[str, Encoding]):
+    """One folder's files, parsed, each checked for its format and name; each encoding and
+    plan verified (``ozaki.formats``) the first time it is looked up, so that a call pays for
+    the encodings its plans name (31 for the int8 plans) rather than all of them.  As a
+    mapping, its verified encodings by name (what a plan's check looks its names up in)."""
+
+    def __init__(self, folder: Path):
+        found: dict[str, Path] = {}
+        self._documents: dict[str, tuple[Path, dict]] = {}
+        self._plan_documents: dict[str, tuple[Path, dict]] = {}
+        for path in sorted(folder.rglob("*.json")):
+            doc = _read_json(path)
+            if not isinstance(doc, dict):
+                raise ValueError(f"{path}: the document must be a JSON object, got {type(doc).__name__}")
+            if doc.get("format") not in (ENCODING_FORMAT, PLAN_FORMAT):
+                got = doc.get("format")
+                raise ValueError(f"{path}: format is {got!r}, want {ENCODING_FORMAT!r} or {PLAN_FORMAT!r}")
+            name = doc.get("name")
+            if not isinstance(name, str):  # the full check says what is wrong with it
+                (encoding_from_dict if doc["format"] == ENCODING_FORMAT else _plan_alone)(doc, str(path))
+            _claim(found, name, path)
+            (self._documents if doc["format"] == ENCODING_FORMAT else self._plan_documents)[name] = (path, doc)
+        self._encodings: dict[str, Encoding] = {}
+        self._plans: dict[str, Plan] = {}
+
+    def __getitem__(self, name: str) -> Encoding:
+        if name not in self._encodings:
+            path, doc = self._documents[name]
+            self._encodings[name] = encoding_from_dict(doc, str(path))
+        return self._encodings[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._documents)
+
+    def __len__(self) -> int:
+        return len(self._documents)
+
+    def plan(self, name: str) -> Plan:
+        if name not in self._plans:
+            path, doc = self._plan_documents[name]
+            self._plans[name] = plan_from_dict(doc, str(path), self)
+        return self._plans[name]
+
+    def plan_names(self, digits: str | None = None) -> list[str]:
+        """Every plan's name, or those over ``digits`` (read before verifying: a plan whose
+        digits are not a string is verified, and refused, by :meth:`plans`' full check)."""
+        return [name for name, (_, doc) in self._plan_documents.items() if digits is None or doc.get("digits") == digits]
+
+
 @cache
-def _load(folder: Path) -> tuple[dict[str, Encoding], dict[str, Plan]]:
-    documents = {}
-    for path in sorted(folder.rglob("*.json")):
-        doc = _read_json(path)
-        if not isinstance(doc, dict):
-            raise ValueError(f"{path}: the document must be a JSON object, got {type(doc).__name__}")
-        if doc.get("format") not in (ENCODING_FORMAT, PLAN_FORMAT):
-            got = doc.get("format")
-            raise ValueError(f"{path}: format is {got!r}, want {ENCODING_FORMAT!r} or {PLAN_FORMAT!r}")
-        documents[path] = doc
-
-    found: dict[str, Path] = {}
-    encodings_by_name: dict[str, Encoding] = {}
-    plan_docs = []
-    for path, doc in documents.items():
-        if doc["format"] == PLAN_FORMAT:
-            plan_docs.append((path, doc))
-            continue
-        enc = encoding_from_dict(doc, str(path))
-        _claim(found, enc.name, path)
-        encodings_by_name[enc.name] = enc
-
-    plans_by_name = {}
-    for path, doc in plan_docs:
-        plan_ = plan_from_dict(doc, str(path), encodings_by_name)
-        _claim(found, plan_.name, path)
-        plans_by_name[plan_.name] = plan_
-    return encodings_by_name, plans_by_name
+def _load(folder: Path) -> _Catalog:
+    return _Catalog(folder)
 
 
 def _claim(found: dict[str, Path], name: str, path: Path) -> None:
@@ -104,19 +132,23 @@ def _claim(found: dict[str, Path], name: str, path: Path) -> None:
 
 
 def encodings() -> dict[str, Encoding]:
-    """Every encoding in the catalog, by name (loaded and verified on first use)."""
-    return dict(_load(catalog_dir())[0])
+    """Every encoding in the catalog, by name, once every file is verified."""
+    return _verified(_load(catalog_dir()))[0]
 
 
 def plans() -> dict[str, Plan]:
-    """Every plan in the catalog, by name (loaded and verified on first use)."""
-    return dict(_load(catalog_dir())[1])
+    """Every plan in the catalog, by name, once every file is verified."""
+    return _verified(_load(catalog_dir()))[1]
+
+
+def _verified(loaded: _Catalog) -> tuple[dict[str, Encoding], dict[str, Plan]]:
+    return dict(loaded.items()), {name: loaded.plan(name) for name in loaded.plan_names()}
 
 
 def load_plan(path: str | os.PathLike, encodings: Mapping[str, Encoding] | None = None) -> Plan:
     """Reads and re-verifies one ``ozaki-plan/1`` file (a plan outside the catalog, or one
     of its files) against ``encodings`` (name -> Encoding; ``None``: the installed catalog's)."""
-    return formats.load_plan(path, encodings if encodings is not None else _load(catalog_dir())[0])
+    return formats.load_plan(path, encodings if encodings is not None else _load(catalog_dir()))
 
 
 def reload() -> None:
@@ -124,24 +156,28 @@ def reload() -> None:
     _load.cache_clear()
 
 
-def _lookup(kind: str, items: Mapping[str, object], name: str):
-    if name in items:
-        return items[name]
-    close = difflib.get_close_matches(str(name), list(items), n=5, cutoff=0.5)
-    hint = f"close names: {', '.join(close)}" if close else f"the catalog has {len(items)} {kind}s"
+def _missing(kind: str, names: list[str], name: str) -> ValueError:
+    close = difflib.get_close_matches(str(name), names, n=5, cutoff=0.5)
+    hint = f"close names: {', '.join(close)}" if close else f"the catalog has {len(names)} {kind}s"
     folder = catalog_dir()
     missing = "" if folder.is_dir() else ", a folder that does not exist"
-    raise ValueError(f"no {kind} named {name!r} in {folder}{missing} ({hint})")
+    return ValueError(f"no {kind} named {name!r} in {folder}{missing} ({hint})")
 
 
 def encoding(name: str) -> Encoding:
     """The catalog encoding called ``name``; ``ValueError`` listing close names otherwise."""
-    return _lookup("encoding", _load(catalog_dir())[0], name)
+    loaded = _load(catalog_dir())
+    if name not in loaded:
+        raise _missing("encoding", list(loaded), name)
+    return loaded[name]
 
 
 def plan(name: str) -> Plan:
     """The catalog plan called ``name``; ``ValueError`` listing close names otherwise."""
-    return _lookup("plan", _load(catalog_dir())[1], name)
+    loaded = _load(catalog_dir())
+    if name not in loaded.plan_names():
+        raise _missing("plan", loaded.plan_names(), name)
+    return loaded.plan(name)
 
 
 def residue_encodings(digits: str) -> dict[int, Encoding]:
@@ -149,7 +185,7 @@ def residue_encodings(digits: str) -> dict[int, Encoding]:
     (ties broken by name, so the choice does not depend on file order)."""
     digit_set(digits)
     best: dict[int, Encoding] = {}
-    for enc in sorted(_load(catalog_dir())[0].values(), key=lambda e: (e.products, e.name)):
+    for enc in sorted(encodings().values(), key=lambda e: (e.products, e.name)):
         if enc.digits == digits and enc.modulus is not None:
             best.setdefault(enc.modulus, enc)
     return dict(sorted(best.items()))
@@ -158,5 +194,6 @@ def residue_encodings(digits: str) -> dict[int, Encoding]:
 def plans_for(digits: str) -> list[Plan]:
     """The plans over ``digits``, cheapest (fewest products) first, ties by name."""
     digit_set(digits)
-    found = [p for p in _load(catalog_dir())[1].values() if p.digits == digits]
+    loaded = _load(catalog_dir())
+    found = [loaded.plan(name) for name in loaded.plan_names(digits)]
     return sorted(found, key=lambda p: (p.products, p.name))

@@ -41,9 +41,9 @@ that holds the largest value the whole sum can reach, written w(bound):
 * columns: the same with M for N.
 * K: 16(M + N) (one all-reduce of every row's and column's extents: maximum magnitude and
   lowest set bit, int64) and the plan's 72.  ``"fp64"`` adds 24 and its sums over K:
-  (M + N)·(w(K·2^S) + w(64K)) (upper sums, S = min(30, 52 − bit length of K), and upper code
-  sums) and M·N·(w(127²K) + w(64²K)) (the int8 code products of its lower and upper bound of
-  |A||B|: 8·M·N while 127²K < 2^31).  Then the residues: P·M·N·w(W·(max m − 1)) for an
+  (M + N)·(w(K·2^S) + w(2^16·K) + w(2^32·K)) (upper sums, S = min(30, 52 − bit length of K),
+  and the upper codes' sums and sums of squares) and M·N·w(127²K) (the int8 code product of
+  its lower bound of |A||B|: 4·M·N while 127²K < 2^31).  Then the residues: P·M·N·w(W·(max m − 1)) for an
   all-reduce, P the plan's moduli (reference moduli lie below 2^22: int32 on up to 512 ranks;
   int8-plan moduli are at most 256: uint8 on one rank, int32 beyond); P·W·⌈M/W⌉·N·w(…) for a
   reduce-scatter to Shard(0), P·M·W·⌈N/W⌉·w(…) to Shard(1).  A float64 all-reduce of the

@@ -59,7 +59,7 @@ def _as_float64_tensor(x, name: str, device: torch.device | None) -> torch.Tenso
         raise ValueError(f"operands are on different devices ({device} and {t.device}); move them to one device")
     if t.dim() == 0:
         raise ValueError(f"{name} is a scalar; matmul needs operands with at least one dimension (use * for scalars)")
-    return t.to(torch.float64)
+    return t if t.dtype == torch.float64 else t.to(torch.float64)
 
 
 def nonfinite_terms(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -178,11 +178,11 @@ def _operands(a, b, accuracy, engine) -> tuple[torch.Tensor, torch.Tensor, tuple
             f"matmul: shapes {shape_a} and {shape_b} do not match: the last axis of a ({ta.shape[-1]}) "
             f"must equal the {'only' if vector_b else 'second-to-last'} axis of b ({tb.shape[-2]})"
         )
+    squeeze = (-2,) * vector_a + (-1,) * vector_b  # -2 first: then b's axis is the last
+    if ta.shape[:-2] == tb.shape[:-2]:  # plain 2-D products among them: no broadcast rules
+        return ta, tb, squeeze
     try:
-        # Equal batch shapes (plain 2-D products among them) need no broadcast rules.
-        batch = ta.shape[:-2] if ta.shape[:-2] == tb.shape[:-2] else torch.broadcast_shapes(ta.shape[:-2],
-                                                                                          tb.shape[:-2])
+        batch = torch.broadcast_shapes(ta.shape[:-2], tb.shape[:-2])
     except RuntimeError:
         raise ValueError(f"matmul: batch dimensions of shapes {shape_a} and {shape_b} do not broadcast") from None
-    squeeze = (-2,) * vector_a + (-1,) * vector_b  # -2 first: then b's axis is the last
     return ta.expand(*batch, *ta.shape[-2:]), tb.expand(*batch, *tb.shape[-2:]), squeeze

@@ -42,6 +42,7 @@ _NO_LINE = 1 << 62
 # The elementwise error bound each accuracy documents (README, ozaki.matmul), u = 2^-53.
 _CORRECTLY_ROUNDED = "correctly rounded: |C^ - C| <= u|C| + 2^-1075 (u = 2^-53)"
 _NATIVE_BOUND = "DGEMM's: |C^ - C| <= K*u*(|A||B|) + u|C| (u = 2^-53); bits may differ across devices"
+_NATIVE_REASON = f"plan for rows of {SIGNIFICAND_BITS} bits"
 
 
 def _fixed_bound(bits: int) -> str:
@@ -247,15 +248,15 @@ def plan_product(a: torch.Tensor, b: torch.Tensor, accuracy: Accuracy = "fp64", 
     (m, k), n, device = a.shape[-2:], b.shape[-1], a.device
     whole_m, whole_k, whole_n = agreement.whole_shape(m, k, n)
     batch = math.prod(a.shape[:-2])
-    basis = dict(m=m, k=k, n=n, batch=batch, accuracy=accuracy, engine=engine)
 
     # Native from the shape alone: the cheapest plan general float64 data can get is slower.
     # The plan for rows of 53 bits stands for general float64 data: under "fp64", phi = 0.5
     # data at K = 16384 take its 16 int8 moduli (benchmarks/RESULTS.md).
     verdict = native_verdict(whole_m, whole_k, whole_n, accuracy, engine, device)
     if verdict is not None and verdict.native:
-        return _logged(ProductPlan(**basis, path="native", reason=f"plan for rows of {SIGNIFICAND_BITS} bits",
-                                   error_bound=_NATIVE_BOUND, predicted=verdict, operands=(a, b)))
+        return _logged(ProductPlan(m, k, n, batch, accuracy, engine, "native", _NATIVE_REASON, _NATIVE_BOUND,
+                                   predicted=verdict, operands=(a, b)))
+    basis = dict(m=m, k=k, n=n, batch=batch, accuracy=accuracy, engine=engine)
     if batch == 0 or min(whole_m, whole_k, whole_n) == 0:
         return ProductPlan(**basis, path="emulated", reason="empty product: zeros", error_bound=_CORRECTLY_ROUNDED,
                            operands=(a, b))

@@ -26,13 +26,18 @@ def stage_times():
         _timing.times = outer
 
 
-@contextlib.contextmanager
-def stage(name: str, device: torch.device):
+# What stage() returns while nothing collects: no generator to build on every call.
+_UNTIMED = contextlib.nullcontext()
+
+
+def stage(name: str, device: torch.device) -> contextlib.AbstractContextManager:
     """Adds the seconds of the block to stage ``name`` while :func:`stage_times` collects."""
     times = getattr(_timing, "times", None)
-    if times is None:
-        yield
-        return
+    return _UNTIMED if times is None else _timed(name, device, times)
+
+
+@contextlib.contextmanager
+def _timed(name: str, device: torch.device, times: dict[str, float]):
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     start = time.perf_counter()

@@ -129,6 +129,22 @@ def test_magnitude_bound_bounds_the_scaled_product(ab, p, q):
     assert 2 * largest <= bound.capacity(p, q)
 
 
+@settings(max_examples=200, deadline=None)
+@given(rows=st.integers(1, 5), cols=st.integers(1, 5), k=st.integers(1, 12), data=st.data())
+def test_code_sums_bound_every_code_product(rows, cols, k, data):
+    # The bound's G: from row sums and sums of squares of codes in [0, 64] alone, at least
+    # every entry of their product, and equal to the largest where one row meets itself.
+    row = st.lists(st.integers(0, accuracy.UPPER_CODE_MAX), min_size=k, max_size=k)
+    a, b = data.draw(st.lists(row, min_size=rows, max_size=rows)), data.draw(st.lists(row, min_size=cols, max_size=cols))
+    bound = accuracy.MagnitudeBound.from_code_sums(max(map(sum, a)), max(map(sum, b)),
+                                                   max(sum(c * c for c in r) for r in a),
+                                                   max(sum(c * c for c in r) for r in b), k)
+    assert bound.products >= max(sum(x * y for x, y in zip(r, c)) for r in a for c in b)
+    same = accuracy.MagnitudeBound.from_code_sums(sum(a[0]), sum(a[0]), sum(c * c for c in a[0]),
+                                                  sum(c * c for c in a[0]), k)
+    assert same.products == sum(c * c for c in a[0])
+
+
 @pytest.mark.parametrize("value", [1 - 2.0**-40, 0.75, -(2.0**-1070)])
 def test_magnitude_bound_is_tight_on_constant_rows(value):
     # Every |A'_ik| = 2^p − 1 (or 2^(p−1)) on a row of equal entries: the sum is K·|A'||B'|,
@@ -164,7 +180,7 @@ def test_code_products_are_exact(m, k, n, kernels):
     padded_a, padded_bt = accuracy._padded(a, pad_m, pad_k), accuracy._padded(bt, pad_n, pad_k)
     # One int32 GEMM up to the chunk's K, int64 sums of chunks past it (as the whole K of a mesh decides).
     for whole_k, dtype in ((k, torch.int32), (accuracy._INT_MM_CHUNK + 1, torch.int64)):
-        g = accuracy._code_product(padded_a, padded_bt, m, n, whole_k, 127, kernels)
+        g = accuracy._code_product(padded_a, padded_bt, m, n, whole_k, kernels)
         assert g.dtype == dtype and torch.equal(g.long(), a.long() @ bt.long().T)
 
 

@@ -208,6 +208,18 @@ def test_one_bad_file_fails_the_catalog_naming_it(folder, breaks):
         assert re.search(message, str(err.value)), str(err.value)
 
 
+def test_each_encoding_is_verified_before_its_first_use(folder):
+    # A call verifies the encodings it looks up, not every file; an invalid one still raises
+    # when used, naming its file, and the whole catalog's listings verify everything.
+    path, message = _tampered_coefficient(folder)
+    catalog.reload()
+    assert catalog.encoding("res7-fp4-1").modulus == 7
+    for load in (lambda: catalog.encoding("res9-fp4-1"), catalog.encodings):
+        with pytest.raises(ValueError, match=message) as err:
+            load()
+        assert str(err.value).startswith(f"{path}: ")
+
+
 def test_catalog_dir_override_must_exist(tmp_path, monkeypatch):
     monkeypatch.setenv("OZAKI_CATALOG", str(tmp_path / "missing"))
     with pytest.raises(FileNotFoundError, match=r"OZAKI_CATALOG is '.*missing', which is not a folder"):

@@ -206,7 +206,7 @@ def _documented_bytes(world: int, key: tuple) -> int:
     total += 16 * (m + n)
     if fp64:
         levels = min(30, 52 - k.bit_length())
-        total += (m + n) * (_width(k << levels) + _width(64 * k)) + m * n * (_width(127**2 * k) + _width(64**2 * k))
+        total += (m + n) * (_width(k << levels) + _width(2**16 * k) + _width(2**32 * k)) + m * n * _width(127**2 * k)
     moduli = ozaki.explain(a, b, accuracy=accuracy, engine=engine).moduli.moduli
     rows = world * math.ceil(m / world) if out == "S0" else m
     columns = world * math.ceil(n / world) if out == "S1" else n

@@ -70,9 +70,9 @@ def test_operand_passes_equal_the_torch_path(case):
     kind, shape, layout = case
     x = _layout(_family(np.random.default_rng(zlib.crc32(str(case).encode())), shape, kind), layout)
     top, levels, padded = _read(x)
-    got = upper_reading_kernel(x, top, levels, padded)
-    assert _same_reading(got, reference_upper_reading(x, top, levels, padded))
-    assert _same_reading(got, accuracy._upper_reading(x, top, levels, padded, kernels=False))
+    got = upper_reading_kernel(x, top, levels)
+    assert _same_reading(got, reference_upper_reading(x, top, levels))
+    assert _same_reading(got, accuracy._upper_reading(x, top, levels, kernels=False))
     # The rule's own window tops, from the sums just read.
     window = accuracy._window_tops(top, got.sums, shape[1], levels)
     codes = lower_codes_kernel(x, window, padded)
@@ -87,8 +87,8 @@ def test_any_config_gives_the_same_codes_and_sums(config, layout):
     rng = np.random.default_rng(zlib.crc32(f"{config}-{layout}".encode()))
     x = _layout(np.concatenate([_family(rng, (2, 21), kind) for kind in FAMILIES]), layout)
     top, levels, padded = _read(x)
-    got = upper_reading_kernel(x, top, levels, padded, **CONFIGS[config])
-    assert _same_reading(got, reference_upper_reading(x, top, levels, padded))
+    got = upper_reading_kernel(x, top, levels, **CONFIGS[config])
+    assert _same_reading(got, reference_upper_reading(x, top, levels))
     window = top - 9
     assert torch.equal(lower_codes_kernel(x, window, padded, **CONFIGS[config]),
                        reference_lower_codes(x, window, padded))
@@ -102,8 +102,8 @@ def test_operand_passes_equal_the_torch_path_on_any_finite_rows(rows, k, data, c
                                 max_size=rows * k))
     x = _layout(np.array(values).reshape(rows, k), "columns" if columns else "rows")
     top, levels, padded = _read(x)
-    got = upper_reading_kernel(x, top, levels, padded)
-    assert _same_reading(got, accuracy._upper_reading(x, top, levels, padded, kernels=False))
+    got = upper_reading_kernel(x, top, levels)
+    assert _same_reading(got, accuracy._upper_reading(x, top, levels, kernels=False))
     # Any window at or below the top, down to where every code is 127 or 0.
     window = top + shift
     assert torch.equal(lower_codes_kernel(x, window, padded), accuracy._lower_codes(x, window, padded, kernels=False))
@@ -165,11 +165,11 @@ def test_least_quotients_equal_the_torch_path_on_any_lines(m, n, data):
 @pytest.mark.parametrize(
     "call, error, message",
     [
-        (lambda x, top: upper_reading_kernel(x.float(), top, 30, (2, 8)), TypeError, "float64"),
-        (lambda x, top: upper_reading_kernel(x[0], top, 30, (2, 8)), ValueError, r"\[rows, K\]"),
-        (lambda x, top: upper_reading_kernel(x, top.int(), 30, (2, 8)), ValueError, "int64"),
-        (lambda x, top: upper_reading_kernel(x, top, 63, (2, 8)), ValueError, "levels"),
-        (lambda x, top: upper_reading_kernel(x, top, 30, (1, 8)), ValueError, "must hold"),
+        (lambda x, top: upper_reading_kernel(x.float(), top, 30), TypeError, "float64"),
+        (lambda x, top: upper_reading_kernel(x[0], top, 30), ValueError, r"\[rows, K\]"),
+        (lambda x, top: upper_reading_kernel(x, top.int(), 30), ValueError, "int64"),
+        (lambda x, top: upper_reading_kernel(x, top, 63), ValueError, "levels"),
+        (lambda x, top: lower_codes_kernel(x, top, (1, 8)), ValueError, "must hold"),
         (lambda x, top: lower_codes_kernel(x, top, (2, 8), block=(3, 4)), ValueError, "powers of two"),
         (lambda x, top: lower_codes_kernel(x, top, (2, 8), chunks=0), ValueError, "at least 1"),
         (lambda x, top: lower_codes_kernel(x, top, (2, 2**31)), ValueError, "below 2\\*\\*31"),

@@ -239,7 +239,19 @@ def _encoding_tables(encodings: tuple, side: str, device: torch.device) -> _Enco
     )
 
 
+def shift_range(*shifts: torch.Tensor) -> tuple[int, int]:
+    """(lowest, highest) over every entry of ``shifts`` (int64 tensors of one device), in one
+    read (a host synchronisation): what :func:`encode_planes` needs to know of the shifts,
+    for callers that encode several operands or blocks with them."""
+    present = [s for s in shifts if s.numel()]
+    if not present:
+        return 0, 0
+    ranges = torch.stack([torch.stack(s.aminmax()) for s in present]).tolist()
+    return min(low for low, _ in ranges), max(high for _, high in ranges)
+
+
 def encode_planes(x: torch.Tensor, shift: torch.Tensor, encodings: Sequence, side: str, *,
+                  span: tuple[int, int] | None = None, known_finite: bool = False,
                   block: tuple[int, int] = ENCODE_BLOCK, num_warps: int = ENCODE_WARPS) -> torch.Tensor:
     """Digit planes ``[sum of plane counts, ..., rows, K]`` of the integers
     round(x * 2**shift) (ties to even, one shift per row), for each residue encoding in turn
@@ -247,15 +259,20 @@ def encode_planes(x: torch.Tensor, shift: torch.Tensor, encodings: Sequence, sid
     strides (for B pass Bᵀ: rows are B's columns); ``shift`` is int64 ``[..., rows]`` with
     |shift| <= MAX_SHIFT, normally ``ozaki.scaling.row_shifts(x, bits)``; ``side`` is "a" or "b".
     ``block`` (BLOCK_R, BLOCK_K, powers of two) and ``num_warps`` change the speed, never the
-    result.  An inf or nan in x raises ValueError (found by the kernel, after the launch)."""
+    result.  An inf or nan in x raises ValueError (found by the kernel, after the launch).
+
+    Each of those checks reads the device: ``span``, a (lowest, highest) that holds every
+    entry of ``shift`` (:func:`shift_range` of it, or of the shifts it is a block of), and
+    ``known_finite=True`` where the caller has made x finite, skip them, so that a call queues
+    its work without waiting for the device."""
     if not isinstance(x, torch.Tensor) or x.dtype != torch.float64:
         raise TypeError(f"x must be a float64 tensor, got {getattr(x, 'dtype', type(x).__name__)}")
     if x.dim() < 2:
         raise ValueError(f"x has shape {tuple(x.shape)}: expected [..., rows, K]")
     if not isinstance(shift, torch.Tensor) or shift.dtype != torch.int64 or shift.shape != x.shape[:-1]:
         raise ValueError(f"shift must be an int64 tensor of shape {tuple(x.shape[:-1])} (one entry per row)")
-    # One read of the shifts' range (a host synchronisation): the check, and the table's size below.
-    lowest, highest = torch.stack(shift.aminmax()).tolist() if shift.numel() else (0, 0)
+    # The shifts' range (unless given, one read): the check, and the table's size below.
+    lowest, highest = shift_range(shift) if span is None else span
     if max(-lowest, highest) > MAX_SHIFT:
         raise ValueError(f"shift per row must lie in [-{MAX_SHIFT}, {MAX_SHIFT}] (int32 exponents, a bounded "
                          f"table of powers of two); got {lowest} … {highest}")
@@ -295,7 +312,7 @@ def encode_planes(x: torch.Tensor, shift: torch.Tensor, encodings: Sequence, sid
         N_MODULI=len(moduli), COMPUTED=tables.computed, BLOCK_R=block[0], BLOCK_K=block[1], SPLIT_BITS=_SPLIT_BITS,
         SMALL_POWER=_SMALL_POWER, num_warps=num_warps,
     )
-    if int(flag):
+    if not known_finite and int(flag):
         raise ValueError("x holds inf or nan: only finite rows can be scaled to integers")
     return out
 

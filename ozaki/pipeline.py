@@ -151,13 +151,14 @@ def _fused_by_row_blocks(a: torch.Tensor, bt: torch.Tensor, shift_a: torch.Tenso
     col_exponent = -shift_b
     with stage("encode", device):
         # 2. Residues: B'_i = B' mod m_i as each modulus' digit planes, once (Bᵀ read in place).
-        planes_b = residue_kernels.encode_planes(bt, shift_b, encodings, "b")
+        encode = _encoder(shift_a, shift_b, encodings)
+        planes_b = encode(bt, shift_b, "b")
     c = torch.empty((m, n), dtype=torch.float64, device=device)
     for start in range(0, m, rows):
         block = slice(start, start + rows)
         with stage("encode", device):
             # 2. Residues: A'_i = A' mod m_i for the block's rows, straight from float64.
-            planes_a = residue_kernels.encode_planes(a[block], shift_a[block], encodings, "a")
+            planes_a = encode(a[block], shift_a[block], "a")
         with stage("products", device):
             # 3. Products: C'_i = A'_i · B'_i mod m_i, each exact, all moduli in one launch.
             block_residues = encoded_modular_matmul(planes_a, planes_b, encodings, config=config)
@@ -182,11 +183,20 @@ def fused_residues(a: torch.Tensor, bt: torch.Tensor, shift_a: torch.Tensor, shi
     config = _plane_config(plan.encodings, m, n, k, a.device)
     with stage("encode", a.device):
         # 2. Residues: A'_i = A' mod m_i, B'_i = B' mod m_i as digit planes, straight from float64.
-        planes_a = residue_kernels.encode_planes(a, shift_a, plan.encodings, "a")
-        planes_b = residue_kernels.encode_planes(bt, shift_b, plan.encodings, "b")
+        encode = _encoder(shift_a, shift_b, plan.encodings)
+        planes_a, planes_b = encode(a, shift_a, "a"), encode(bt, shift_b, "b")
     with stage("products", a.device):
         # 3. Products: C'_i = A'_i · B'_i mod m_i, each exact, all moduli in one launch.
         return encoded_modular_matmul(planes_a, planes_b, plan.encodings, config=config)
+
+
+def _encoder(shift_a: torch.Tensor, shift_b: torch.Tensor, encodings: tuple[Encoding, ...]):
+    """``encode_planes`` for the operands of one product, reading the device once for all its
+    calls (both shifts' range) and never after a launch: the plan's operands are finite
+    (ozaki.planning zeroes NaN and ±inf, which the frontend overlays after)."""
+    span = residue_kernels.shift_range(shift_a, shift_b)
+    return lambda x, shift, side: residue_kernels.encode_planes(x, shift, encodings, side, span=span,
+                                                                known_finite=True)
 
 
 def _plane_config(encodings: tuple[Encoding, ...], m: int, n: int, k: int, device: torch.device):

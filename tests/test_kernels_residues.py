@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kernels.residues
-from kernels.residues import MAX_MODULUS, MAX_SHIFT, encode_planes
+from kernels.residues import MAX_MODULUS, MAX_SHIFT, encode_planes, shift_range
 from ozaki import products
 from kernels.digits import digit_set
 from ozaki.formats import encoding_from_dict
@@ -199,6 +199,24 @@ def test_tile_and_warps_change_no_bit(block, num_warps):
         shift = row_shifts(bt, exact_bits(bt))
         want = encode_planes(bt, shift, WIDE, "b")
         assert torch.equal(encode_planes(bt, shift, WIDE, "b", block=block, num_warps=num_warps), want)
+
+
+def test_a_given_span_and_finite_operand_change_no_bit():
+    # The pipeline reads both shifts' range once and encodes row blocks with it (their own
+    # range lies inside), its operands finite: the planes are those of a call that reads both.
+    rng = np.random.default_rng(10)
+    a, bt = rows(rng, (37, 150), "wide"), rows(rng, (21, 150), "phi")
+    shift_a, shift_b = row_shifts(a, exact_bits(a)), row_shifts(bt, exact_bits(bt))
+    span = shift_range(shift_a, shift_b)
+    assert span == (min(shift_a.min(), shift_b.min()), max(shift_a.max(), shift_b.max()))
+    assert shift_range(shift_a[:0], shift_b) == tuple(torch.stack(shift_b.aminmax()).tolist())
+    assert shift_range(shift_a[:0]) == (0, 0)
+    for x, shift in ((a, shift_a), (a[5:9], shift_a[5:9]), (bt, shift_b)):
+        for encodings in (INT8, WIDE):
+            assert torch.equal(encode_planes(x, shift, encodings, "a", span=span, known_finite=True),
+                               encode_planes(x, shift, encodings, "a"))
+    with pytest.raises(ValueError, match="shift per row must lie in"):
+        encode_planes(a, shift_a, INT8, "a", span=(0, MAX_SHIFT + 1))
 
 
 @pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])

@@ -10,12 +10,15 @@ alone) and of one whole call, then one call under the profiler: the table of CUD
 count of host-synchronising calls (``cudaStreamSynchronize``, copies to the host, ``.item()``), the
 device's idle time between kernels with the longest gaps and the kernels around them, and, from one more
 call under ``torch.cuda.set_sync_debug_mode("warn")``, the line of the library that made each
-synchronisation.
+synchronisation, and from one more under ``cProfile`` the host's time by function.
 """
 
 from __future__ import annotations
 
+import cProfile
 import collections
+import io
+import pstats
 import sys
 import time
 import traceback
@@ -59,6 +62,7 @@ def main() -> None:
     print(f"host-synchronising calls: {syncs}")
     _print_gaps(trace)
     _print_sync_sites(lambda: ozaki.matmul(a, b, engine=engine))
+    _print_host_time(lambda: ozaki.matmul(a, b, engine=engine))
     moduli = len(plan.moduli.moduli) if plan.moduli is not None else 0
     print(f"n = {n}, engine {engine}, {plan.path}, {moduli} moduli: explain {planned * 1e3:.1f} ms, "
           f"whole call {whole * 1e3:.1f} ms")
@@ -102,6 +106,19 @@ def _print_sync_sites(call) -> None:
         finally:
             torch.cuda.set_sync_debug_mode("default")
     print(f"synchronisations by site ({sum(sites.values())}): {dict(sites)}")
+
+
+def _print_host_time(call, shown: int = 25) -> None:
+    """Where the host spends one call (cProfile, by own time): what the device waits for after each read."""
+    torch.cuda.synchronize()
+    profiler = cProfile.Profile()
+    profiler.enable()
+    call()
+    torch.cuda.synchronize()
+    profiler.disable()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(shown)
+    print(text.getvalue())
 
 
 if __name__ == "__main__":

@@ -62,7 +62,7 @@ from kernels.float64 import FLOAT64_EXACT, round_dyadic
 from kernels.moduli import check_modulus
 
 __all__ = ["DECODE_BLOCK", "DECODE_WARPS", "HALF_MODULUS_ERROR", "compile_ptx", "decode_residues", "ldexp_factors",
-           "reference_decode"]
+           "new_flag", "raise_for_flag", "reference_decode"]
 
 # Here, below both decoders (this kernel and ozaki.crt's staged path), so that they refuse
 # the class of M/2 for even M with one message.
@@ -386,7 +386,8 @@ def _constexprs(moduli: tuple[int, ...], block: int) -> dict[str, object]:
 
 def decode_residues(c: torch.Tensor, moduli: Sequence[int], row_exponent: torch.Tensor,
                     col_exponent: torch.Tensor, *, block: int = DECODE_BLOCK,
-                    num_warps: int = DECODE_WARPS, out: torch.Tensor | None = None) -> torch.Tensor:
+                    num_warps: int = DECODE_WARPS, out: torch.Tensor | None = None,
+                    flag: torch.Tensor | None = None) -> torch.Tensor:
     """float64 ``[R, C]``: the signed integer Y with ``Y ≡ c[i] (mod moduli[i])`` and
     ``-M/2 < Y < M/2`` (M = prod(moduli)), times ``2**(row_exponent[r] + col_exponent[c])``,
     rounded once to nearest even.  ``c`` is an integer tensor (uint8, int16, int32 or int64,
@@ -398,7 +399,12 @@ def decode_residues(c: torch.Tensor, moduli: Sequence[int], row_exponent: torch.
     the result rounds: the caller guarantees the capacity (the pipeline asks for
     M > 2 * K * (2**p - 1) * (2**q - 1)).  ``block`` (entries per program) and ``num_warps``
     tune the launch, not the bits.  ``out``: a contiguous float64 ``[R, C]`` tensor on c's
-    device to write the result into (rows of a larger result, say), returned."""
+    device to write the result into (rows of a larger result, say), returned.
+
+    The checks read the device after the launch.  ``flag``: a zeroed int32 ``[1]`` tensor on
+    c's device (:func:`new_flag`) that collects them instead, over several decodes (the row
+    blocks of one product), for the caller to pass to :func:`raise_for_flag` once after the
+    last, so that the launches queue without waiting for the device."""
     if not isinstance(c, torch.Tensor) or c.dtype not in _RESIDUE_DTYPES:
         raise TypeError(f"c must be a uint8, int16, int32 or int64 tensor, got "
                         f"{getattr(c, 'dtype', type(c).__name__)}")
@@ -423,19 +429,35 @@ def decode_residues(c: torch.Tensor, moduli: Sequence[int], row_exponent: torch.
         raise ValueError(f"out must be a contiguous float64 tensor of shape ({rows}, {cols}) on {device}")
     if out.numel() == 0:
         return out
+    collected = flag is not None
+    if collected and (not isinstance(flag, torch.Tensor) or flag.dtype != torch.int32 or flag.shape != (1,)
+                      or flag.device != device):
+        raise ValueError(f"flag must be an int32 tensor of shape (1,) on {device} (kernels.crt.new_flag)")
     col_blocks = triton.cdiv(cols, block)
     grid = (rows * col_blocks,)
-    flag = torch.zeros(1, dtype=torch.int32, device=device)
+    flag = flag if collected else new_flag(device)
     _decode_kernel[grid](
         c, row_exponent.contiguous(), col_exponent.contiguous(), out, flag,
         cols, col_blocks, c.stride(0), c.stride(1), c.stride(2), **constexprs, num_warps=num_warps,
     )
+    if not collected:
+        raise_for_flag(flag)
+    return out
+
+
+def new_flag(device: torch.device) -> torch.Tensor:
+    """A zeroed flag for :func:`decode_residues` to collect its checks in."""
+    return torch.zeros(1, dtype=torch.int32, device=device)
+
+
+def raise_for_flag(flag: torch.Tensor) -> None:
+    """Reads the checks :func:`decode_residues` collected in ``flag`` (one host synchronisation)
+    and raises ValueError for the worst: a residue out of range, or the half-modulus class."""
     worst = int(flag)
     if worst >= 2:
         raise ValueError("c holds a residue with |c[i]| >= moduli[i]: reduce it first, e.g. torch.remainder(c, m)")
     if worst == 1:
         raise ValueError(HALF_MODULUS_ERROR)
-    return out
 
 
 def reference_decode(c: torch.Tensor, moduli: Sequence[int], row_exponent: torch.Tensor,

@@ -61,7 +61,8 @@ def round_(z: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
     z ± 2^52 (the sign of z) lies in [2^52, 2^53) in magnitude, where float64 steps by 1, so
     the addition rounds z to an integer (2^52 is even, so ties go to even z) and the
     subtraction is exact."""
-    magic = torch.copysign(torch.tensor(_ROUNDING_MAGIC, dtype=z.dtype, device=z.device), z)
+    # Filled on the device: a tensor made from the constant would be a copy from the host.
+    magic = torch.full_like(z, _ROUNDING_MAGIC).copysign_(z)
     if keep is not None:
         magic.masked_fill_(keep, 0.0)
     return z.add_(magic).sub_(magic)

@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -70,8 +71,8 @@ from ._bits import ldexp
 from .agreement import ONE_DEVICE, Agreement, extremes
 from .scaling import Extents
 
-__all__ = ["CODE_LEVELS", "FP64_GUARD", "MAX_K", "UNBOUNDED", "MagnitudeBound", "fp64_statistics",
-           "lower_abs_product_codes", "upper_abs_product_codes"]
+__all__ = ["CODE_LEVELS", "FP64_GUARD", "MAX_K", "UNBOUNDED", "CodeSums", "MagnitudeBound", "fp64_reading",
+           "fp64_statistics", "lower_abs_product_codes", "upper_abs_product_codes"]
 
 # The guard g the rule starts from (a plan keeps more where its moduli pay for it).
 FP64_GUARD = 4
@@ -242,15 +243,6 @@ class MagnitudeBound:
                   + (self.k << (2 * d - 1)))
         return scaled >> (2 * d)
 
-    def joined(self, other: MagnitudeBound) -> MagnitudeBound:
-        """The bound for a batch: each maximum over both."""
-        return MagnitudeBound(max(self.products, other.products), max(self.rows_a, other.rows_a),
-                              max(self.rows_b, other.rows_b), self.k)
-
-    def agreed(self, agreement: Agreement) -> MagnitudeBound:
-        """The bound for the whole product of which this is one device's lines: each maximum over every device."""
-        return MagnitudeBound(*agreement.agree("max", [self.products, self.rows_a, self.rows_b]), self.k)
-
 
 def _upper_reading(x: torch.Tensor, top: torch.Tensor, levels: int, kernels: bool) -> UpperReading:
     if kernels:
@@ -265,16 +257,37 @@ def _lower_codes(x: torch.Tensor, window_top: torch.Tensor, padded: tuple[int, i
     return _padded(lower_abs_product_codes(x, window_top), *padded)
 
 
+class CodeSums(NamedTuple):
+    """Per line of A and of Bᵀ, the upper codes' sums R and sums of squares Q over the whole
+    K (int64 tensors on the device): what :class:`MagnitudeBound` takes the maxima of."""
+
+    rows_a: torch.Tensor
+    rows_b: torch.Tensor
+    squares_a: torch.Tensor
+    squares_b: torch.Tensor
+
+
 def fp64_statistics(a: torch.Tensor, bt: torch.Tensor, extents_a: Extents, extents_b: Extents,
                     agreement: Agreement = ONE_DEVICE, *,
                     kernels: bool = False) -> tuple[torch.Tensor, torch.Tensor, MagnitudeBound]:
+    """:func:`fp64_reading`, its :class:`MagnitudeBound` read from the device (the maxima over
+    this device's lines)."""
+    level_a, level_b, sums = fp64_reading(a, bt, extents_a, extents_b, agreement, kernels=kernels)
+    _, k, _ = agreement.whole_shape(a.shape[-2], a.shape[-1], bt.shape[-2])
+    return level_a, level_b, MagnitudeBound.from_code_sums(*extremes("max", [[line] for line in sums], 0), k)
+
+
+def fp64_reading(a: torch.Tensor, bt: torch.Tensor, extents_a: Extents, extents_b: Extents,
+                 agreement: Agreement = ONE_DEVICE, *,
+                 kernels: bool = False) -> tuple[torch.Tensor, torch.Tensor, CodeSums]:
     """What "fp64" reads of A (M, K) and Bᵀ (N, K): the bits p_i each row of A and of Bᵀ needs
     for the bound of the module docstring with g = 0 (:data:`UNBOUNDED` where no lower bound
     of |A||B| reaches it; a row keeps min(level + g, lossless width) bits for guard g), and the
-    :class:`MagnitudeBound`, both in exact integers from one read of each operand's upper
-    statistics.  On a mesh, ``agreement`` makes each sum over K and each minimum or maximum
-    over lines that of the whole product.  ``kernels`` runs the passes over the operands and
-    the code product on Triton (``kernels.accuracy``, the same bits)."""
+    :class:`CodeSums` whose maxima give the :class:`MagnitudeBound`, both in exact integers
+    and left on the device (the planning reads them with its own maxima).  On a mesh,
+    ``agreement`` makes each sum over K and each minimum over lines that of the whole
+    product.  ``kernels`` runs the passes over the operands and the code product on Triton
+    (``kernels.accuracy``, the same bits)."""
     _, k, _ = agreement.whole_shape(a.shape[-2], a.shape[-1], bt.shape[-2])
     m, n = a.shape[-2], bt.shape[-2]
     pad_m, pad_k, pad_n = _gemm_shape(m, a.shape[-1], n, a.device)
@@ -301,9 +314,9 @@ def fp64_statistics(a: torch.Tensor, bt: torch.Tensor, extents_a: Extents, exten
         level_a = _levels(base + top_a - r_a, agreement.min_over_columns(least_a))
         level_b = _levels(base + top_b - r_b, agreement.min_over_rows(least_b))
     # The bound's maxima over lines are those of the whole K's sums.
-    sums = [[agreement.sum_over_k(upper.code_sums, bound=k * UPPER_CODE_MAX)] for upper in (upper_a, upper_b)]
-    squares = [[agreement.sum_over_k(upper.code_squares, bound=k * UPPER_CODE_MAX**2)] for upper in (upper_a, upper_b)]
-    return level_a, level_b, MagnitudeBound.from_code_sums(*extremes("max", [*sums, *squares], 0), k)
+    sums = [agreement.sum_over_k(upper.code_sums, bound=k * UPPER_CODE_MAX) for upper in (upper_a, upper_b)]
+    squares = [agreement.sum_over_k(upper.code_squares, bound=k * UPPER_CODE_MAX**2) for upper in (upper_a, upper_b)]
+    return level_a, level_b, CodeSums(*sums, *squares)
 
 
 def _with_carry(level: torch.Tensor) -> torch.Tensor:

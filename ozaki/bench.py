@@ -12,7 +12,9 @@ Two measurement modes, one CSV schema (:data:`COLUMNS`), one row per (shape, met
   the emulation or native DGEMM (``path``), both from the call's plan (:func:`ozaki.explain`).
 
 Inputs are the usual test matrices of Ozaki-scheme papers, entries (rand − 0.5)·exp(phi·randn).  Accuracy is measured on a
-sample block against the exact product (Python integers), so it does not trust any float64 product.
+sample block against the exact product (Python integers), so it does not trust any float64 product.  Each
+time is the median of ``--reps`` calls after a warm-up; a shape's methods are timed in turns (one call of
+each per round), so that the device's drift over the run (clocks, temperature) weighs on each alike.
 
 ``--project b200,b300`` adds the modeled time of every catalog plan on those devices (assumptions written
 into ``projection.md``), calibrated by this run's H200 measurements when there are any.
@@ -32,7 +34,7 @@ import shlex
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from fractions import Fraction
 from pathlib import Path
@@ -118,22 +120,27 @@ def _errors(got: np.ndarray, exact: list[list[Fraction]], scale: np.ndarray) -> 
 # Measurement
 
 
+def _seconds(product: Callable, cuda: bool):
+    """Wall time of one call (device events on CUDA), and its result."""
+    if not cuda:
+        began = time.perf_counter()
+        result = product()
+        return time.perf_counter() - began, result
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    result = product()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1e3, result
+
+
 def _median_seconds(product: Callable, reps: int, cuda: bool):
-    """Median wall time of ``reps`` calls (device events on CUDA), and the last result."""
+    """Median wall time of ``reps`` calls, and the last result."""
     times = []
     for _ in range(reps):
-        if cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            torch.cuda.synchronize()
-            start.record()
-            result = product()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / 1e3)
-        else:
-            began = time.perf_counter()
-            result = product()
-            times.append(time.perf_counter() - began)
+        seconds, result = _seconds(product, cuda)
+        times.append(seconds)
     return statistics.median(times), result
 
 
@@ -208,7 +215,17 @@ def _model_columns(case: _Case, plan, profile: cost.Profile | None) -> dict:
     return row
 
 
-def _measure(case: _Case, method: str, accuracy, engine, product: Callable, args, cuda: bool) -> dict:
+@dataclass
+class _Method:
+    """One way of computing a shape's product, its row of results and its timings."""
+
+    row: dict
+    product: Callable
+    times: list = field(default_factory=list)
+    block: np.ndarray | None = None
+
+
+def _warmed(case: _Case, method: str, accuracy, engine, product: Callable, args, cuda: bool) -> _Method:
     row = {"m": case.m, "k": case.k, "n": case.n, "phi": args.phi, "method": method, "accuracy": accuracy,
            "engine": engine}  # fmt: skip
     try:
@@ -218,17 +235,45 @@ def _measure(case: _Case, method: str, accuracy, engine, product: Callable, args
         if cuda and method == "ozaki":
             profile = cost.profile_for(torch.cuda.get_device_name(), torch.cuda.get_device_capability())
             row.update(_model_columns(case, ozaki.explain(case.a, case.b, accuracy=accuracy, engine=engine), profile))
-        seconds, result = _median_seconds(product, row["reps"], cuda)
-        block = _block(result, case)
-        del result
+    except Exception as error:  # one failing engine or size must not lose the rest of the run
+        row["status"] = f"error: {type(error).__name__}: {error}"[:300]
+    return _Method(row, product)
+
+
+def _time_interleaved(case: _Case, methods: list[_Method], cuda: bool) -> None:
+    """Each method's timed calls, taken in turns (one call of each per round), so that a drift of
+    the device's clocks or temperature over the run weighs on every method alike; each keeps its
+    last result's sample block."""
+    live = [m for m in methods if "status" not in m.row]
+    for turn in range(max((m.row["reps"] for m in live), default=0)):
+        for method in live:
+            if "status" in method.row or turn >= method.row["reps"]:
+                continue
+            try:
+                seconds, result = _seconds(method.product, cuda)
+                method.times.append(seconds)
+                if turn == method.row["reps"] - 1:
+                    method.block = _block(result, case)
+                del result
+            except Exception as error:
+                method.row["status"] = f"error: {type(error).__name__}: {error}"[:300]
+
+
+def _finished(case: _Case, method: _Method, cuda: bool) -> dict:
+    """The row of a timed method: its median, errors, workspace and stage seconds."""
+    row = method.row
+    if "status" in row:
+        return row
+    try:
         if cuda:
-            row["workspace_bytes"] = _workspace_bytes(product)
+            row["workspace_bytes"] = _workspace_bytes(method.product)
             row["operand_bytes"] = 8 * (case.m * case.k + case.k * case.n + case.m * case.n)
             row["workspace_ratio"] = row["workspace_bytes"] / row["operand_bytes"]
-        stages = _stage_seconds(product) if method == "ozaki" else None
-    except Exception as error:  # one failing engine or size must not lose the rest of the run
+        stages = _stage_seconds(method.product) if row["method"] == "ozaki" else None
+    except Exception as error:
         return {**row, "status": f"error: {type(error).__name__}: {error}"[:300]}
-    rel_max, rel_median, comp_max = _errors(block, case.exact, case.scale)
+    seconds = statistics.median(method.times)
+    rel_max, rel_median, comp_max = _errors(method.block, case.exact, case.scale)
     row.update(
         status="ok", median_s=seconds, tflops=2 * case.m * case.k * case.n / seconds / 1e12,
         rel_err_max=rel_max, rel_err_median=rel_median, comp_err_max=comp_max,
@@ -281,12 +326,13 @@ def _speedups(rows: list[dict], native: str) -> None:
 
 def _shape_rows(case: _Case, native: str, args, cuda: bool) -> list[dict]:
     a, b = case.a, case.b
-    rows = [_measure(case, native, "", "", lambda: a @ b, args, cuda)]
+    methods = [_warmed(case, native, "", "", lambda: a @ b, args, cuda)]
     for accuracy in args.accuracy:
         for engine in args.engines:
             product = functools.partial(ozaki.matmul, a, b, accuracy=accuracy, engine=engine)
-            rows.append(_measure(case, "ozaki", accuracy, engine, product, args, cuda))
-    return rows
+            methods.append(_warmed(case, "ozaki", accuracy, engine, product, args, cuda))
+    _time_interleaved(case, methods, cuda)
+    return [_finished(case, method, cuda) for method in methods]
 
 
 def _run(args, shapes, cuda: bool, save: Callable[[list[dict]], None]) -> tuple[list[dict], dict]:

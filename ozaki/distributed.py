@@ -36,11 +36,12 @@ that holds the largest value the whole sum can reach, written w(bound):
 
 * rows: 72 bytes: two all-reduces of the plan's integers (5 maxima: p, q, the widest rows and
   columns, any NaN or ±inf; 4 minima: the guards, the fewest bits), int64.  ``"fp64"`` adds
-  8N (each column's minimum over every row of A of its level quotient, float64) and 24 (the
-  three maxima of the magnitude bound).  The product itself moves nothing.
+  8N (each column's minimum over every row of A of its level quotient, float64) and 32 (the
+  four maxima of the magnitude bound's code sums, with the other maxima).  The product
+  itself moves nothing.
 * columns: the same with M for N.
 * K: 16(M + N) (one all-reduce of every row's and column's extents: maximum magnitude and
-  lowest set bit, int64) and the plan's 72.  ``"fp64"`` adds 24 and its sums over K:
+  lowest set bit, int64) and the plan's 72.  ``"fp64"`` adds 32 and its sums over K:
   (M + N)·(w(K·2^S) + w(2^16·K) + w(2^32·K)) (upper sums, S = min(30, 52 − bit length of K),
   and the upper codes' sums and sums of squares) and M·N·w(127²K) (the int8 code product of
   its lower bound of |A||B|: 4·M·N while 127²K < 2^31).  Then the residues: P·M·N·w(W·(max m − 1)) for an
@@ -379,7 +380,8 @@ def _k_split_product(plan: ProductPlan, a: torch.Tensor, b: torch.Tensor, layout
     moduli = _k_split_moduli(plan, k)
     # 1. Scale on the whole rows' grid: s_i and t_j from the whole rows' maxima (agreed), so
     #    this rank's A'^(r), B'^(r) are its columns of A' and rows of B'.
-    shift_a, shift_b = shifts_of(extents_a.row_max, bits_a), shifts_of(extents_b.row_max, bits_b)
+    shift_a = shifts_of(extents_a.row_max, bits_a, plan.bits_a[0])
+    shift_b = shifts_of(extents_b.row_max, bits_b, plan.bits_b[0])
     fused = moduli.encodings is not None and planning.kernels_available(fa.device)
     # 2–3. Residues and products of this rank's share: C'^(r)_i = A'^(r)_i·B'^(r)_i mod m_i in [0, m_i)
     #      (on a GPU fused from float64 to byte residues, as one device's product).

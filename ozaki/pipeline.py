@@ -68,7 +68,8 @@ def _product(plan: ProductPlan, a: torch.Tensor, bt: torch.Tensor, extents_a: Ex
     if moduli.encodings is not None and planning.kernels_available(device):
         with stage("encode", device):
             # 1. Scale: A' = round(diag(2^s) A), B' = round(B diag(2^t)), |A'| ≤ 2^p − 1, |B'| ≤ 2^q − 1.
-            shift_a, shift_b = shifts_of(extents_a.row_max, bits_a), shifts_of(extents_b.row_max, bits_b)
+            shift_a = shifts_of(extents_a.row_max, bits_a, plan.bits_a[0])
+            shift_b = shifts_of(extents_b.row_max, bits_b, plan.bits_b[0])
         return _fused_by_row_blocks(a, bt, shift_a, shift_b, moduli)
 
     with stage("encode", device):
@@ -154,6 +155,7 @@ def _fused_by_row_blocks(a: torch.Tensor, bt: torch.Tensor, shift_a: torch.Tenso
         encode = _encoder(shift_a, shift_b, encodings)
         planes_b = encode(bt, shift_b, "b")
     c = torch.empty((m, n), dtype=torch.float64, device=device)
+    flag = crt_kernels.new_flag(device)
     for start in range(0, m, rows):
         block = slice(start, start + rows)
         with stage("encode", device):
@@ -167,8 +169,11 @@ def _fused_by_row_blocks(a: torch.Tensor, bt: torch.Tensor, shift_a: torch.Tenso
         del planes_a
         with stage("decode", device):
             # 4–5. CRT and unscale: C = diag(2^-s) C' diag(2^-t), rounded once.
-            crt_kernels.decode_residues(block_residues, plan.moduli, -shift_a[block], col_exponent, out=c[block])
+            crt_kernels.decode_residues(block_residues, plan.moduli, -shift_a[block], col_exponent, out=c[block],
+                                        flag=flag)
         del block_residues
+    # The decodes' checks (the capacity the plan guaranteed), read once, after the last block.
+    crt_kernels.raise_for_flag(flag)
     return c
 
 

@@ -266,11 +266,13 @@ def plan_product(a: torch.Tensor, b: torch.Tensor, accuracy: Accuracy = "fp64", 
     flat_a, flat_bt = fa.reshape(batch, m, k), fb.reshape(batch, k, n).transpose(-1, -2)
     read = [_sides(flat_a[index], flat_bt[index], accuracy, agreement) for index in range(batch)]
     sides = [(side_a, side_b) for side_a, side_b, _ in read]
-    p, q, widest_a, widest_b, nonfinite = agreement.agree("max", [
-        *extremes("max", [[side_a.bits for side_a, _ in sides], [side_b.bits for _, side_b in sides],
-                          [side_a.lossless for side_a, _ in sides], [side_b.lossless for _, side_b in sides]], 0),
-        nonfinite_a or nonfinite_b,
-    ])
+    # One read of every maximum: the bits, and under "fp64" the code sums the bound takes.
+    code_sums = [list(column) for column in zip(*(sums for _, _, sums in read if sums is not None))]
+    maxima = extremes("max", [[side_a.bits for side_a, _ in sides], [side_b.bits for _, side_b in sides],
+                              [side_a.lossless for side_a, _ in sides], [side_b.lossless for _, side_b in sides],
+                              *code_sums], 0)
+    p, q, widest_a, widest_b, nonfinite, *most = agreement.agree(
+        "max", [*maxima[:4], nonfinite_a or nonfinite_b, *maxima[4:]])
 
     # |A'B'| ≤ K·(2^p − 1)(2^q − 1); the CRT recovers it exactly, sign included, when
     # ∏m > 2·K·(2^p − 1)(2^q − 1): the capacity a plan advertises for k_max and input_bits.
@@ -279,8 +281,8 @@ def plan_product(a: torch.Tensor, b: torch.Tensor, accuracy: Accuracy = "fp64", 
     # the engine, so that every engine keeps the same bits and returns the same result.
     needed = functools.partial(crt_capacity, whole_k)
     if accuracy == "fp64":
-        magnitude = functools.reduce(fp64_rule.MagnitudeBound.joined, [bound for _, _, bound in read])
-        magnitude = magnitude.agreed(agreement)
+        # The largest code sums over every product of the batch and every device's lines.
+        magnitude = fp64_rule.MagnitudeBound.from_code_sums(*most, whole_k)
         needed = lambda p_, q_: min(crt_capacity(whole_k, p_, q_), magnitude.capacity(p_, q_))  # noqa: E731
         filled = _plan_moduli(_FILL_ENGINE, needed(p, q))
         if filled is not None:
@@ -323,7 +325,7 @@ def plan_product(a: torch.Tensor, b: torch.Tensor, accuracy: Accuracy = "fp64", 
 class _Side:
     """Stage 1's reading of the rows of A (or of Bᵀ) of one product: their extents, the bits
     each keeps, its lossless width and, under "fp64", the bits it needs at guard 0
-    (:func:`ozaki.accuracy.fp64_statistics`)."""
+    (:func:`ozaki.accuracy.fp64_reading`)."""
 
     extents: Extents
     bits: torch.Tensor
@@ -345,19 +347,19 @@ class _Side:
 
 
 def _sides(a: torch.Tensor, bt: torch.Tensor, accuracy: Accuracy,
-           agreement: Agreement) -> tuple[_Side, _Side, fp64_rule.MagnitudeBound | None]:
-    """The two sides of one product and, under "fp64", its bound on |A'||B'|."""
+           agreement: Agreement) -> tuple[_Side, _Side, fp64_rule.CodeSums | None]:
+    """The two sides of one product and, under "fp64", the code sums of its bound on |A'||B'|."""
     extents_a, extents_b = agreement.extents(extents(a), extents(bt))
     lossless_a, lossless_b = exact_bits_of(extents_a), exact_bits_of(extents_b)
     if accuracy != "fp64":
         return (_Side(extents_a, bits_of(extents_a, accuracy), lossless_a),
                 _Side(extents_b, bits_of(extents_b, accuracy), lossless_b), None)
     # As extents: the Triton passes on CUDA tensors, the same integers and floats as torch's.
-    level_a, level_b, bound = fp64_rule.fp64_statistics(a, bt, extents_a, extents_b, agreement,
-                                                        kernels=kernels_available(a.device))
+    level_a, level_b, sums = fp64_rule.fp64_reading(a, bt, extents_a, extents_b, agreement,
+                                                    kernels=kernels_available(a.device))
     guard = fp64_rule.FP64_GUARD
     return (_Side(extents_a, torch.minimum(level_a + guard, lossless_a), lossless_a, level_a),
-            _Side(extents_b, torch.minimum(level_b + guard, lossless_b), lossless_b, level_b), bound)
+            _Side(extents_b, torch.minimum(level_b + guard, lossless_b), lossless_b, level_b), sums)
 
 
 def _logged(plan: ProductPlan) -> ProductPlan:

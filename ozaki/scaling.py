@@ -157,12 +157,14 @@ def row_shifts(x: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:
     return shifts_of(_row_max(x), bits)
 
 
-def shifts_of(row_max: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:
+def shifts_of(row_max: torch.Tensor, bits: torch.Tensor, fewest: int | None = None) -> torch.Tensor:
     """:func:`row_shifts` of rows whose largest |x| is ``row_max`` (float64, one per row,
-    e.g. ``Extents.row_max``): the shift and the carry rule need nothing else of a row."""
+    e.g. ``Extents.row_max``): the shift and the carry rule need nothing else of a row.
+    ``fewest``: the least entry of ``bits`` where the caller has read it (a plan's
+    ``bits_a[0]``), which saves this call's read of the device."""
     if bits.shape != row_max.shape:
         raise ValueError(f"bits has shape {tuple(bits.shape)}, expected one entry per row {tuple(row_max.shape)}")
-    if bits.numel() and int(bits.min()) < 0:
+    if bits.numel() and (int(bits.min()) if fewest is None else fewest) < 0:
         raise ValueError("bits per row must be non-negative")
     has_nonzero = row_max > 0
     shift = torch.where(has_nonzero, bits - _top(row_max), 0)

@@ -198,7 +198,7 @@ def _documented_bytes(world: int, key: tuple) -> int:
     if split is None:
         return total
     fp64 = accuracy == "fp64"
-    total += 72 + (24 if fp64 else 0)
+    total += 72 + (32 if fp64 else 0)
     if split == "rows":
         return total + (8 * n if fp64 else 0)
     if split == "columns":

@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernels import crt
-from kernels.crt import decode_residues, reference_decode
+from kernels.crt import decode_residues, new_flag, raise_for_flag, reference_decode
 from kernels.products import residue_dtype
 from ozaki.crt import HALF_MODULUS_ERROR, garner, round_to_float64
 
@@ -330,6 +330,23 @@ def test_empty_grid():
     c = torch.zeros((3, 0, 4), dtype=torch.int64, device=DEVICE)
     row, col = torch.zeros(0, dtype=torch.int64, device=DEVICE), torch.zeros(4, dtype=torch.int64, device=DEVICE)
     assert decode_residues(c, mods, row, col).shape == reference_decode(c, mods, row, col).shape == (0, 4)
+
+
+def test_a_collected_flag_raises_once_read():
+    # Row blocks of one product decode into one flag, read after the last: a block's bad
+    # residue or half-modulus class raises then, the worst first, as a lone decode would.
+    mods = [7, 8, 9]
+    row, col = torch.zeros(1, dtype=torch.int64, device=DEVICE), torch.zeros(2, dtype=torch.int64, device=DEVICE)
+    good, half, bad = (residues_of([values], mods) for values in ([1, -2], [252, 1], [3, 4]))
+    bad[0, 0, 0] += 9
+    for blocks, message in (([good, half], HALF_MODULUS_ERROR.split(":")[0]), ([half, bad, good], "reduce it first")):
+        flag = new_flag(DEVICE)
+        outs = [decode_residues(c, mods, row, col, flag=flag) for c in blocks]
+        assert same_bits(outs[[c is good for c in blocks].index(True)], decode_residues(good, mods, row, col))
+        with pytest.raises(ValueError, match=message):
+            raise_for_flag(flag)
+    with pytest.raises(ValueError, match="flag must be an int32 tensor"):
+        decode_residues(good, mods, row, col, flag=torch.zeros(1, dtype=torch.int64, device=DEVICE))
 
 
 @pytest.mark.parametrize(

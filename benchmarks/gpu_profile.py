@@ -6,7 +6,7 @@ Run from the repository root on the GPU machine:
 
 A = B-shaped (rand − 0.5)·exp(0.5·randn) float64 n × n matrices; two untimed calls of
 ``ozaki.matmul(a, b, engine=...)`` (compilation, tuning), then the wall time of ``ozaki.explain`` (the plan
-alone) and of one whole call, then one call under the profiler: the table of CUDA time by kernel, the
+alone), of one whole call and the median of five more, then one call under the profiler: the table of CUDA time by kernel, the
 count of host-synchronising calls (``cudaStreamSynchronize``, copies to the host, ``.item()``), the
 device's idle time between kernels with the longest gaps and the kernels around them, and, from one more
 call under ``torch.cuda.set_sync_debug_mode("warn")``, the line of the library that made each
@@ -53,6 +53,12 @@ def main() -> None:
     ozaki.matmul(a, b, engine=engine)
     torch.cuda.synchronize()
     whole = time.perf_counter() - start
+    repeated = []
+    for _ in range(5):
+        start = time.perf_counter()
+        ozaki.matmul(a, b, engine=engine)
+        torch.cuda.synchronize()
+        repeated.append(time.perf_counter() - start)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as trace:
         ozaki.matmul(a, b, engine=engine)
         torch.cuda.synchronize()
@@ -65,7 +71,7 @@ def main() -> None:
     _print_host_time(lambda: ozaki.matmul(a, b, engine=engine))
     moduli = len(plan.moduli.moduli) if plan.moduli is not None else 0
     print(f"n = {n}, engine {engine}, {plan.path}, {moduli} moduli: explain {planned * 1e3:.1f} ms, "
-          f"whole call {whole * 1e3:.1f} ms")
+          f"whole call {whole * 1e3:.1f} ms, median of 5 more {sorted(repeated)[2] * 1e3:.1f} ms")
 
 
 def _print_gaps(trace, shown: int = 12) -> None:

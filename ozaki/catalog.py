@@ -40,6 +40,7 @@ __all__ = [
     "catalog_dir",
     "encoding",
     "encodings",
+    "encodings_of",
     "load_plan",
     "plan",
     "plans",
@@ -170,6 +171,13 @@ def encoding(name: str) -> Encoding:
     if name not in loaded:
         raise _missing("encoding", list(loaded), name)
     return loaded[name]
+
+
+def encodings_of(plan_: Plan) -> tuple[Encoding, ...]:
+    """The catalog encodings ``plan_``'s moduli name, in its order (one lookup of the catalog
+    for all: a product's planning asks for them on every call)."""
+    loaded = _load(catalog_dir())
+    return tuple(loaded[name] for _, name in plan_.moduli)
 
 
 def plan(name: str) -> Plan:

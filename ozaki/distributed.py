@@ -34,14 +34,14 @@ all-gather (W − 1)/W of W shards), as :func:`traffic` counts them.  Integers t
 narrowest type gloo and NCCL sum in (uint8, int32, int64: 1, 4, 8 bytes; neither sums int16)
 that holds the largest value the whole sum can reach, written w(bound):
 
-* rows: 72 bytes: two all-reduces of the plan's integers (5 maxima: p, q, the widest rows and
-  columns, any NaN or ±inf; 4 minima: the guards, the fewest bits), int64.  ``"fp64"`` adds
-  8N (each column's minimum over every row of A of its level quotient, float64) and 32 (the
-  four maxima of the magnitude bound's code sums, with the other maxima).  The product
+* rows: 80 bytes: two all-reduces of the plan's integers (6 maxima: p, q, the widest rows and
+  columns, NaN or ±inf in A, in B; 4 minima: the guards, the fewest bits), int64.  ``"fp64"``
+  adds 8N (each column's minimum over every row of A of its level quotient, float64) and 32
+  (the four maxima of the magnitude bound's code sums, with the other maxima).  The product
   itself moves nothing.
 * columns: the same with M for N.
 * K: 16(M + N) (one all-reduce of every row's and column's extents: maximum magnitude and
-  lowest set bit, int64) and the plan's 72.  ``"fp64"`` adds 32 and its sums over K:
+  lowest set bit, int64) and the plan's 80.  ``"fp64"`` adds 32 and its sums over K:
   (M + N)·(w(K·2^S) + w(2^16·K) + w(2^32·K)) (upper sums, S = min(30, 52 − bit length of K),
   and the upper codes' sums and sums of squares) and M·N·w(127²K) (the int8 code product of
   its lower bound of |A||B|: 4·M·N while 127²K < 2^31).  Then the residues: P·M·N·w(W·(max m − 1)) for an
@@ -49,7 +49,8 @@ that holds the largest value the whole sum can reach, written w(bound):
   int8-plan moduli are at most 256: uint8 on one rank, int32 beyond); P·W·⌈M/W⌉·N·w(…) for a
   reduce-scatter to Shard(0), P·M·W·⌈N/W⌉·w(…) to Shard(1).  A float64 all-reduce of the
   partial products (distributed DGEMM) passes 8·M·N.  With NaN or ±inf in the input, 3·M·N
-  (padded like the residues) more: uint8 flags of a NaN, +inf or −inf term.
+  (padded like the residues) more: uint8 flags of a NaN, +inf or −inf term; and the plan
+  reads the zeroed operands again, so everything above but the 32 bytes of minima moves twice.
 * a gather: 8·⌈S/W⌉·T bytes for an S × T operand sharded along S.
 
 Every integer that crosses the network has a bound computed beforehand, and a sum past the

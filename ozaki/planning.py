@@ -157,8 +157,7 @@ def extents(x: torch.Tensor) -> Extents:
 def _plan_moduli(digits: str, min_product: int) -> Moduli | None:
     for plan in catalog.plans_for(digits):
         if has_capacity(plan.capacity, min_product):
-            encodings = tuple(catalog.encoding(name) for _, name in plan.moduli)
-            return Moduli(tuple(m for m, _ in plan.moduli), encodings, digits)
+            return Moduli(tuple(m for m, _ in plan.moduli), catalog.encodings_of(plan), digits)
     return None
 
 
@@ -224,15 +223,16 @@ def _cuda_profile(index: int) -> cost.Profile | None:
     return profile
 
 
-def _finite(a: torch.Tensor, b: torch.Tensor) -> tuple[tuple[torch.Tensor, bool], tuple[torch.Tensor, bool]]:
-    """Each operand with NaN and ±Inf read as 0 (numpy's matmul places them, see
-    ozaki.frontend), and whether any was there."""
-    # One reduction pass per operand and one read for both: NaN propagates into both extremes
-    # and ±Inf is one of them, so both are finite exactly when every entry is.
-    flags = [torch.stack(torch.aminmax(x)).isfinite().all() if x.numel() else torch.tensor(True, device=x.device)
-             for x in (a, b)]
-    return tuple((x, False) if finite else (torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0), True)
-                 for x, finite in zip((a, b), torch.stack(flags).tolist()))
+def _nonfinite_flags(a: torch.Tensor, b: torch.Tensor) -> list[list[torch.Tensor]]:
+    """Per operand, a device flag (0 or 1) of whether it holds NaN or ±inf, left unread: the
+    plan reads it with its maxima.  One reduction pass per operand: NaN propagates into both
+    extremes and ±inf is one of them, so both are finite exactly when every entry is."""
+    return [[(~torch.stack(torch.aminmax(x)).isfinite().all()).to(torch.int64)] if x.numel() else [] for x in (a, b)]
+
+
+def _zeroed(x: torch.Tensor, nonfinite: int) -> torch.Tensor:
+    """x with NaN and ±inf read as 0 (numpy's matmul places them, see ozaki.frontend)."""
+    return torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0) if nonfinite else x
 
 
 def plan_product(a: torch.Tensor, b: torch.Tensor, accuracy: Accuracy = "fp64", engine: str = "auto",
@@ -262,17 +262,16 @@ def plan_product(a: torch.Tensor, b: torch.Tensor, accuracy: Accuracy = "fp64", 
                            operands=(a, b))
 
     # 1. Scale: row i of A keeps bits_i, so |A'| ≤ 2^p − 1 with p = max bits_i; B's columns, q.
-    (fa, nonfinite_a), (fb, nonfinite_b) = _finite(a, b)
-    flat_a, flat_bt = fa.reshape(batch, m, k), fb.reshape(batch, k, n).transpose(-1, -2)
-    read = [_sides(flat_a[index], flat_bt[index], accuracy, agreement) for index in range(batch)]
-    sides = [(side_a, side_b) for side_a, side_b, _ in read]
-    # One read of every maximum: the bits, and under "fp64" the code sums the bound takes.
-    code_sums = [list(column) for column in zip(*(sums for _, _, sums in read if sums is not None))]
-    maxima = extremes("max", [[side_a.bits for side_a, _ in sides], [side_b.bits for _, side_b in sides],
-                              [side_a.lossless for side_a, _ in sides], [side_b.lossless for _, side_b in sides],
-                              *code_sums], 0)
-    p, q, widest_a, widest_b, nonfinite, *most = agreement.agree(
-        "max", [*maxima[:4], nonfinite_a or nonfinite_b, *maxima[4:]])
+    # An operand's NaN and ±inf come to light in the same read as the maxima; the product is
+    # then read again from zeroed operands (the rare path pays the passes twice, so that the
+    # common one reads the device once here).
+    fa, fb = a, b
+    sides, local, (p, q, widest_a, widest_b, nonfinite_a, nonfinite_b, *most) = _read_rows(
+        fa, fb, batch, accuracy, agreement, _nonfinite_flags(a, b))
+    nonfinite = bool(nonfinite_a or nonfinite_b)
+    if nonfinite:
+        fa, fb = _zeroed(a, local[4]), _zeroed(b, local[5])
+        sides, _, (p, q, widest_a, widest_b, _, _, *most) = _read_rows(fa, fb, batch, accuracy, agreement, [[], []])
 
     # |A'B'| ≤ K·(2^p − 1)(2^q − 1); the CRT recovers it exactly, sign included, when
     # ∏m > 2·K·(2^p − 1)(2^q − 1): the capacity a plan advertises for k_max and input_bits.
@@ -316,9 +315,26 @@ def plan_product(a: torch.Tensor, b: torch.Tensor, accuracy: Accuracy = "fp64", 
     return _logged(ProductPlan(
         **basis, path="native" if native else "emulated", reason=f"plan for rows of p={p}, q={q} bits",
         error_bound=bound, moduli=moduli, bits_a=(fewest_a, p), bits_b=(fewest_b, q), bands=split, predicted=verdict,
-        guard=guard, operands=(a, b) if native else (fa, fb), nonfinite=bool(nonfinite) and not native,
+        guard=guard, operands=(a, b) if native else (fa, fb), nonfinite=nonfinite and not native,
         rows=tuple((side_a.extents, side_b.extents, side_a.bits, side_b.bits) for side_a, side_b in sides),
     ))
+
+
+def _read_rows(a: torch.Tensor, b: torch.Tensor, batch: int, accuracy: Accuracy, agreement: Agreement,
+               flags: list[list[torch.Tensor]]) -> tuple[list, list[int], list[int]]:
+    """Stage 1's reading of every product of the batch, and in one read of the device every
+    maximum the plan needs: the bits and lossless widths of each side, the operands'
+    non-finite ``flags`` and, under "fp64", the code sums of the magnitude bound; both this
+    device's and, through ``agreement``, the whole product's."""
+    (m, k), n = a.shape[-2:], b.shape[-1]
+    flat_a, flat_bt = a.reshape(batch, m, k), b.reshape(batch, k, n).transpose(-1, -2)
+    read = [_sides(flat_a[index], flat_bt[index], accuracy, agreement) for index in range(batch)]
+    sides = [(side_a, side_b) for side_a, side_b, _ in read]
+    code_sums = [list(column) for column in zip(*(sums for _, _, sums in read if sums is not None))]
+    local = extremes("max", [[side_a.bits for side_a, _ in sides], [side_b.bits for _, side_b in sides],
+                             [side_a.lossless for side_a, _ in sides], [side_b.lossless for _, side_b in sides],
+                             *flags, *code_sums], 0)
+    return sides, local, agreement.agree("max", local)
 
 
 @dataclass(frozen=True)

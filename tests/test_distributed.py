@@ -198,20 +198,28 @@ def _documented_bytes(world: int, key: tuple) -> int:
     if split is None:
         return total
     fp64 = accuracy == "fp64"
-    total += 72 + (32 if fp64 else 0)
+    # The plan's reading (its maxima, and what "fp64" and a split K add), twice where an input
+    # holds NaN or ±inf (read again once zeroed), and its minima.
+    nonfinite = not (a.isfinite().all() and b.isfinite().all())
+    reading = 48 + (32 if fp64 else 0)
     if split == "rows":
-        return total + (8 * n if fp64 else 0)
-    if split == "columns":
-        return total + (8 * m if fp64 else 0)
-    total += 16 * (m + n)
-    if fp64:
-        levels = min(30, 52 - k.bit_length())
-        total += (m + n) * (_width(k << levels) + _width(2**16 * k) + _width(2**32 * k)) + m * n * _width(127**2 * k)
+        reading += 8 * n if fp64 else 0
+    elif split == "columns":
+        reading += 8 * m if fp64 else 0
+    else:
+        reading += 16 * (m + n)
+        if fp64:
+            levels = min(30, 52 - k.bit_length())
+            reading += ((m + n) * (_width(k << levels) + _width(2**16 * k) + _width(2**32 * k))
+                        + m * n * _width(127**2 * k))
+    total += reading * (2 if nonfinite else 1) + 32
+    if split != "k":
+        return total
     moduli = ozaki.explain(a, b, accuracy=accuracy, engine=engine).moduli.moduli
     rows = world * math.ceil(m / world) if out == "S0" else m
     columns = world * math.ceil(n / world) if out == "S1" else n
     total += len(moduli) * rows * columns * _width(world * (max(moduli) - 1))
-    if not (a.isfinite().all() and b.isfinite().all()):
+    if nonfinite:
         total += 3 * rows * columns
     return total
 

@@ -181,6 +181,34 @@ def _addmm(addend, product, beta, alpha, shape: torch.Size) -> torch.Tensor:
     return addend.new_zeros(shape)
 
 
+# The routed functions that take a left operand of any rank from 2 up against a 2-D right one (torch.mm and
+# addmm take exactly 2-D ones; bmm 3-D, always checked on meta tensors).
+_BATCHED_LEFT = {torch.matmul, torch.linalg.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__,
+                 torch.Tensor.__rmatmul__, F.linear}
+_TWO_DIMENSIONAL = {torch.mm, torch.Tensor.mm, torch.addmm, torch.Tensor.addmm}
+
+
+def _plain_shape(func, route: _Route, left: torch.Tensor, right: torch.Tensor, addend,
+                 values: dict) -> torch.Size | None:
+    """The result's shape where the call is one torch accepts as it stands, decided from the shapes alone: no
+    ``out=``, a 2-D right operand, a left one whose last dimension matches it (2-D for mm and addmm), and an
+    addend that broadcasts to the result without growing it (linear's bias: 1-D).  None elsewhere: the meta
+    check decides (it runs torch's Python reference of the call, some hundreds of microseconds, which a
+    model's every layer would pay)."""
+    if values.get("out") is not None or right.dim() != 2 or left.dim() < 2:
+        return None
+    if not (func in _BATCHED_LEFT or (func in _TWO_DIMENSIONAL and left.dim() == 2)):
+        return None
+    inner, columns = (right.shape[1], right.shape[0]) if route.transpose_right else right.shape
+    if left.shape[-1] != inner:
+        return None
+    shape = torch.Size((*left.shape[:-1], columns))
+    if addend is not None and (addend.dim() > (1 if route.transpose_right else len(shape))
+                               or any(a not in (1, s) for a, s in zip(reversed(addend.shape), reversed(shape)))):
+        return None
+    return shape
+
+
 def _route(func, route: _Route, args: tuple, kwargs: dict, options: tuple):
     try:
         bound = route.signature.bind(*args, **kwargs)
@@ -200,9 +228,11 @@ def _route(func, route: _Route, args: tuple, kwargs: dict, options: tuple):
     if not all(_is_dense_float64(x) for x in operands) or len(devices) != 1:
         # Other dtypes and layouts, and the mixes torch rejects, are torch's business.
         return func(*args, **kwargs)
-    # torch's own shape, dtype, out= and autograd rules, checked by running the call on meta tensors: torch
-    # raises its own error for anything it would reject, and warns where it would resize ``out``.
-    expected = func(*[_as_meta(x) for x in args], **{k: _as_meta(v) for k, v in kwargs.items()})
+    shape = _plain_shape(func, route, left, right, addend, values)
+    if shape is None:
+        # torch's own shape, dtype, out= and autograd rules, checked by running the call on meta tensors: torch
+        # raises its own error for anything it would reject, and warns where it would resize ``out``.
+        shape = func(*[_as_meta(x) for x in args], **{k: _as_meta(v) for k, v in kwargs.items()}).shape
 
     def product():
         return _matmul(left, right.t() if route.transpose_right else right, options)
@@ -211,7 +241,7 @@ def _route(func, route: _Route, args: tuple, kwargs: dict, options: tuple):
         # linear: torch adds the bias to the product (addmm with beta = alpha = 1 gives the same bits).
         result = product() if addend is None else product() + addend
     elif route.addend is not None:
-        result = _addmm(addend, product, values["beta"], values["alpha"], expected.shape)
+        result = _addmm(addend, product, values["beta"], values["alpha"], shape)
     else:
         result = product()
     out = values.get("out")

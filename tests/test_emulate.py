@@ -96,6 +96,25 @@ def test_routed_calls_give_ozaki_bits(calls, name, shapes, call, expected):
     assert not torch.equal(got, call(*operands)), "the emulated product should differ from torch's at 8 bits"
 
 
+# The routed calls whose shapes alone show torch would accept them: no meta-tensor run of torch's reference.
+CHECKED_ON_META = {"matmul vector-matrix", "matmul matrix-vector", "matmul dot", "matmul broadcast", "torch.bmm",
+                   "Tensor.bmm", "F.linear vector weight"}
+
+
+@pytest.mark.parametrize("name, shapes, call, expected", ROUTED, ids=[r[0] for r in ROUTED])
+def test_plain_calls_skip_the_meta_check(monkeypatch, name, shapes, call, expected):
+    # A model's layers are plain calls: the meta run costs more than a small product, so only
+    # the rest pay it; the result is the same either way.
+    metas = []
+    real = ozaki.emulation._as_meta
+    monkeypatch.setattr(ozaki.emulation, "_as_meta", lambda x: metas.append(x) or real(x))
+    operands = _randn(*shapes)
+    with emulate(accuracy=LOW):
+        got = call(*operands)
+    assert bool(metas) == (name in CHECKED_ON_META)
+    assert torch.equal(got, expected(*operands))
+
+
 def test_nn_linear_module_is_routed(calls):
     layer = torch.nn.Linear(4, 3, dtype=F64)
     (x,) = _randn((6, 4))

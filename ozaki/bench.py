@@ -53,7 +53,7 @@ __all__ = ["COLUMNS", "DEVICES", "PROJECTION_COLUMNS", "Device", "main"]
 COLUMNS = (
     "date", "device", "m", "k", "n", "phi", "method", "accuracy", "engine", "status", "reps", "median_s",
     "tflops", "speedup", "rel_err_max", "rel_err_median", "comp_err_max", "workspace_bytes", "operand_bytes",
-    "workspace_ratio", "plan_s", "encode_s", "products_s", "decode_s", "path", "model_s", "model_plan_s",
+    "workspace_ratio", "plan_s", "encode_s", "products_s", "decode_s", "path", "moduli", "model_s", "model_plan_s",
     "model_encode_s", "model_products_s", "model_decode_s", "model_workspace_ratio",
 )  # fmt: skip
 _STAGES = ("plan", "encode", "products", "decode")
@@ -204,6 +204,7 @@ def _model_columns(case: _Case, plan, profile: cost.Profile | None) -> dict:
     row = {"path": plan.path}
     predicted = None if plan.predicted is None else plan.predicted.emulated
     if plan.moduli is not None:
+        row["moduli"] = len(plan.moduli.moduli)
         sizes = dict(digits=plan.moduli.engine, planes=plan.moduli.planes, moduli=len(plan.moduli.moduli))
         if profile is not None:
             predicted = cost.predict(profile, case.m, case.k, case.n, **sizes)

@@ -49,7 +49,7 @@ int8 codes (64 levels) cost when an int8 GEMM of them formed G, at none of that 
 :func:`fp64_statistics` reads both from the data.  On a GPU (``kernels=True``, which the
 planning passes on CUDA tensors) its reads of the operands and of the code product run as
 the Triton passes of ``kernels.accuracy``, which give these torch functions' integers and
-floats bit for bit, and the code GEMMs run on the plane GEMM kernel (``torch._int_mm`` on
+floats bit for bit, and the code GEMM runs on the plane GEMM kernel (``torch._int_mm`` on
 the torch path): exact integers either way.
 """
 
@@ -137,7 +137,7 @@ def lower_abs_product_codes(x: torch.Tensor, window_top: torch.Tensor) -> torch.
 
 
 def _gemm_shape(m: int, k: int, n: int, device: torch.device) -> tuple[int, int, int]:
-    """(M, K, N) of the code GEMMs once zero-padded (zeros add nothing).  K goes to a multiple
+    """(M, K, N) of the code GEMM once zero-padded (zeros add nothing).  K goes to a multiple
     of 8 everywhere: cuBLASLt's int8 GEMM wants it, and torch 2.11's CPU kernel returns wrong
     sums for K = 1 (checked against int64 products in tests/test_accuracy.py); on CUDA also
     M > 16 and N a multiple of 8, which torch._int_mm requires there."""

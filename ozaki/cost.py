@@ -175,7 +175,7 @@ def predict(profile: Profile, m: int, k: int, n: int, *, digits: str, planes: in
     ``moduli`` moduli in ``digits`` ("reference": float64 GEMMs of residues); None where the
     device has no rate for those digits."""
     rate = profile.fp64 if digits == "reference" else profile.rates.get(digits)
-    # The code GEMMs are int8; a device without int8 units worth using (the B300) is taken at its
+    # The code GEMM is int8; a device without int8 units worth using (the B300) is taken at its
     # fastest tensor unit, where a port would run them.
     code_rate = profile.rates.get("int8") or max(r for r in profile.rates.values() if r is not None)
     if rate is None:
@@ -282,7 +282,7 @@ def _h200_fit() -> tuple[float, dict, float, float, float]:
     """(int8 plane rate, fixed seconds per stage, plan, encode and decode efficiency) from
     :data:`H200_RECORD`: each stage as a fixed part plus its traffic (for the products, its
     arithmetic) at one rate, through the smallest and the largest square of the record; the
-    plan's traffic is its time less the code GEMMs at the products' rate.  The model aims at
+    plan's traffic is its time less the code GEMM at the products' rate.  The model aims at
     the measured times (benchmarks/RESULTS.md compares it with each run), neither flattering
     the emulation nor DGEMM; the tests hold every recorded call to a fifth of its time."""
     h200 = DEVICES["h200"]

@@ -7,8 +7,8 @@
     DGEMM    = 2MNK / fp64 rate
 
 The plan is what ``accuracy="fp64"`` reads before any residue exists (``ozaki.accuracy``):
-three passes over the float64 operands (extents, upper codes, lower codes) writing two int8
-codes per entry, and two int8 GEMMs of codes on the plane-GEMM kernel.  Encode reads the
+four passes over the float64 operands (finiteness, extents, upper code sums, lower codes)
+writing one int8 code per entry, and one int8 GEMM of codes on the plane-GEMM kernel.  Encode reads the
 float64 operands and writes one plane value per entry and plane; the products write one
 byte residue per entry and modulus, which the decode reads back before writing the float64
 result.  Each stage's fixed part is what it costs whatever the size (launches, host reads,
@@ -176,7 +176,7 @@ def predict(profile: Profile, m: int, k: int, n: int, *, digits: str, planes: in
     device has no rate for those digits."""
     rate = profile.fp64 if digits == "reference" else profile.rates.get(digits)
     # The code GEMM is int8; a device without int8 units worth using (the B300) is taken at its
-    # fastest tensor unit, where a port would run them.
+    # fastest tensor unit, where a port would run it.
     code_rate = profile.rates.get("int8") or max(r for r in profile.rates.values() if r is not None)
     if rate is None:
         return None

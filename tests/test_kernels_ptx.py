@@ -200,7 +200,8 @@ json.dump({"-".join(map(str, variant)): compile_ptx(90, *variant) for variant in
 def test_accuracy_passes_read_in_vectors_and_round_as_torch_without_spills(tmp_path):
     # The "fp64" rule's passes over memory (kernels.accuracy): no local memory; where the data
     # allow (aligned) the unit-stride axis is read in vector loads (A's K, Bᵀ's rows; G's
-    # columns) and the int8 codes leave in 16-byte stores.  Their floats are products by powers
+    # columns) and the lower pass's int8 codes leave in 16-byte stores (the upper pass stores
+    # nothing but its sums' atomics).  Their floats are products by powers
     # of two, a floor or ceil and one division: a fused multiply-add would round differently
     # from torch, and the division must be the correctly rounded one.
     variants = [(kernel, operand, aligned) for kernel in ("upper", "lower") for operand in "ab"
@@ -217,9 +218,11 @@ def test_accuracy_passes_read_in_vectors_and_round_as_torch_without_spills(tmp_p
             assert ("ld.global.v4.b32" in text) == aligned, name
             continue
         assert ".entry _codes_kernel" in text
-        assert ("ld.global.v2.b64" in text) == aligned and ("st.global.v4.b32" in text) == aligned, name
-        # The upper pass rounds its codes up and sums U and the codes per row (one int64 atomic
-        # each per chunk); the lower pass rounds down and sums nothing.
+        assert ("ld.global.v2.b64" in text) == aligned, name
+        assert ("st.global.v4.b32" in text) == (aligned and kernel == "lower"), name
+        assert ("st.global" in text) == (kernel == "lower"), name
+        # The upper pass rounds its codes up and sums U, the codes and their squares per row
+        # (one int64 atomic each per chunk); the lower pass rounds down and sums nothing.
         rounding = "cvt.rpi.f64.f64" if kernel == "upper" else "cvt.rmi.f64.f64"
         assert rounding in text and (len(re.findall(r"atom\.global\S*\.add\.u64", text)) > 0) == (kernel == "upper")
 

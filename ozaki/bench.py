@@ -14,7 +14,8 @@ Two measurement modes, one CSV schema (:data:`COLUMNS`), one row per (shape, met
 Inputs are the usual test matrices of Ozaki-scheme papers, entries (rand − 0.5)·exp(phi·randn).  Accuracy is measured on a
 sample block against the exact product (Python integers), so it does not trust any float64 product.  Each
 time is the median of ``--reps`` calls after a warm-up; a shape's methods are timed in turns (one call of
-each per round), so that the device's drift over the run (clocks, temperature) weighs on each alike.
+each per round, every other round reversed), so that the device's drift over the run (clocks, temperature)
+weighs on each alike.
 
 ``--project b200,b300`` adds the modeled time of every catalog plan on those devices (assumptions written
 into ``projection.md``), calibrated by this run's H200 measurements when there are any.
@@ -242,12 +243,13 @@ def _warmed(case: _Case, method: str, accuracy, engine, product: Callable, args,
 
 
 def _time_interleaved(case: _Case, methods: list[_Method], cuda: bool) -> None:
-    """Each method's timed calls, taken in turns (one call of each per round), so that a drift of
-    the device's clocks or temperature over the run weighs on every method alike; each keeps its
-    last result's sample block."""
+    """Each method's timed calls, taken in turns (one call of each per round, every other round in
+    reverse order), so that a drift of the device's clocks or temperature over the run, and the
+    heat one method leaves for the next, weigh on every method alike; each keeps its last
+    result's sample block."""
     live = [m for m in methods if "status" not in m.row]
     for turn in range(max((m.row["reps"] for m in live), default=0)):
-        for method in live:
+        for method in live if turn % 2 == 0 else live[::-1]:
             if "status" in method.row or turn >= method.row["reps"]:
                 continue
             try:

@@ -79,18 +79,18 @@ DEVICES = {
 # reads FP4 two to a byte.
 PLANE_BYTES = {"int8": 1.0, "fp8": 1.0, "fp4": 0.5, "int4": 0.5, "reference": 8.0}
 
-# benchmarks/RESULTS.md, "2026-12-02 08:51 UTC, one H200: faster than DGEMM at n = 16384":
+# benchmarks/RESULTS.md, "2026-12-02 17:21 UTC, one H200: one code GEMM, five reads: 1.26× DGEMM at 16384":
 # ozaki.matmul with the int8 engine, accuracy fp64, phi = 0.5; per (M, K, N): the plan's moduli,
 # the seconds of (plan, encode, products, decode), and DGEMM's seconds in the same run.
 H200_RECORD = {
-    (16384, 16384, 16384): (16, 0.02624, 0.01120, 0.08654, 0.00647, 0.15579),
-    (8192, 8192, 8192): (16, 0.00853, 0.00536, 0.01208, 0.00180, 0.01937),
-    (4096, 4096, 4096): (16, 0.00660, 0.00368, 0.00224, 0.00067, 0.00238),
-    (65536, 4096, 256): (16, 0.00787, 0.00624, 0.00268, 0.00084, 0.00246),
-    (4096, 65536, 4096): (16, 0.01265, 0.00971, 0.02178, 0.00096, 0.03917),
+    (16384, 16384, 16384): (16, 0.01836, 0.01073, 0.09280, 0.00646, 0.16251),
+    (8192, 8192, 8192): (16, 0.00519, 0.00379, 0.01205, 0.00152, 0.01937),
+    (4096, 4096, 4096): (16, 0.00320, 0.00197, 0.00205, 0.00047, 0.00231),
+    (65536, 4096, 256): (16, 0.00656, 0.00595, 0.00272, 0.00078, 0.00254),
+    (4096, 65536, 4096): (16, 0.01082, 0.01005, 0.02420, 0.00079, 0.04102),
 }
-# DGEMM's best rate in that run (4096³; 56.5 TFLOP/s at 16384³).
-_RECORD_DGEMM = 57.7e12
+# DGEMM's best rate in that run (4096³; 54.1 TFLOP/s at 16384³).
+_RECORD_DGEMM = 59.4e12
 
 
 class _RecordedRun(NamedTuple):

@@ -46,11 +46,12 @@ that is E[c²]/E[c]² above the typical G_ij (1.7 at phi = 0.5), about what the 
 int8 codes (64 levels) cost when an int8 GEMM of them formed G, at none of that GEMM's cost
 (one plane GEMM of the product's).
 
-:func:`fp64_statistics` reads both from the data.  On a GPU (``kernels=True``, which the
-planning passes on CUDA tensors) its reads of the operands and of the code product run as
-the Triton passes of ``kernels.accuracy``, which give these torch functions' integers and
-floats bit for bit, and the code GEMM runs on the plane GEMM kernel (``torch._int_mm`` on
-the torch path): exact integers either way.
+:func:`fp64_reading` reads both from the data, leaving on the device what the planning reads
+with its own maxima (:func:`fp64_statistics` reads the bound at once).  On a GPU
+(``kernels=True``, which the planning passes on CUDA tensors) its reads of the operands and
+of the code product run as the Triton passes of ``kernels.accuracy``, which give these torch
+functions' integers and floats bit for bit, and the code GEMM runs on the plane GEMM kernel
+(``torch._int_mm`` on the torch path): exact integers either way.
 """
 
 from __future__ import annotations

@@ -7,12 +7,14 @@ editable install.  Every ``**/*.json`` file is dispatched on its ``format`` fiel
 ``product/``, ``residue/`` and ``plan/`` subfolders are a convention, not a rule; each
 file must be called ``<name>.json`` after the name inside it, and names are unique.
 
-A file that is not a JSON object of either format, or whose name is taken or differs from
-its file's, fails the whole read with a ``ValueError`` naming it.  Each encoding and plan is
-verified (``ozaki.formats`` recomputes every claim it makes) when first looked up, and an
-invalid one raises then, naming its file, rather than being skipped: ``encodings()`` and
-``plans()`` verify all, so a corrupted catalog is noticed instead of quietly serving fewer
-plans.
+A file that is not a JSON object of either format, or whose name is taken, fails the whole
+read with a ``ValueError`` naming it.  An encoding file that begins as ``dump_json`` writes
+them is parsed when first looked up (a process's first product reads the plans and their
+encodings, not every file); each encoding and plan is verified (``ozaki.formats``
+recomputes every claim it makes, and the name inside must be the file's) when first looked
+up, and an invalid one raises then, naming its file, rather than being skipped:
+``encodings()`` and ``plans()`` verify all, so a corrupted catalog is noticed instead of
+quietly serving fewer plans.
 """
 
 from __future__ import annotations
@@ -69,23 +71,32 @@ def catalog_dir() -> Path:
     return wheel if wheel.is_dir() else _PACKAGE.parent / "encodings"
 
 
+# How ``ozaki.formats.dump_json`` starts every encoding file: such a file is indexed by its
+# file name and parsed only when first looked up (a product's planning needs the 31 encodings
+# of the int8 plans, not the 757 files, whose parsing took half a second of a process's first
+# call).  Any other file is parsed, and so classified by its format, at once.
+_ENCODING_HEADER = f'{{\n  "format": "{ENCODING_FORMAT}",'.encode()
+
+
 class _Catalog(Mapping[str, Encoding]):
-    """One folder's files, parsed, each checked for its format and name; each encoding and
+    """One folder's files, each checked for its format and name when parsed; each encoding and
     plan verified (``ozaki.formats``) the first time it is looked up, so that a call pays for
-    the encodings its plans name (31 for the int8 plans) rather than all of them.  As a
-    mapping, its verified encodings by name (what a plan's check looks its names up in)."""
+    the encodings its plans name rather than all of them.  As a mapping, its verified
+    encodings by name (what a plan's check looks its names up in)."""
 
     def __init__(self, folder: Path):
         found: dict[str, Path] = {}
-        self._documents: dict[str, tuple[Path, dict]] = {}
+        # name -> (path, the parsed document, None while the file is known only by its header)
+        self._documents: dict[str, tuple[Path, dict | None]] = {}
         self._plan_documents: dict[str, tuple[Path, dict]] = {}
         for path in sorted(folder.rglob("*.json")):
-            doc = _read_json(path)
-            if not isinstance(doc, dict):
-                raise ValueError(f"{path}: the document must be a JSON object, got {type(doc).__name__}")
-            if doc.get("format") not in (ENCODING_FORMAT, PLAN_FORMAT):
-                got = doc.get("format")
-                raise ValueError(f"{path}: format is {got!r}, want {ENCODING_FORMAT!r} or {PLAN_FORMAT!r}")
+            with open(path, "rb") as f:
+                header = f.read(len(_ENCODING_HEADER))
+            if header == _ENCODING_HEADER:
+                _claim(found, path.stem, path)
+                self._documents[path.stem] = (path, None)
+                continue
+            doc = _parsed(path)
             name = doc.get("name")
             if not isinstance(name, str):  # the full check says what is wrong with it
                 (encoding_from_dict if doc["format"] == ENCODING_FORMAT else _plan_alone)(doc, str(path))
@@ -97,6 +108,11 @@ class _Catalog(Mapping[str, Encoding]):
     def __getitem__(self, name: str) -> Encoding:
         if name not in self._encodings:
             path, doc = self._documents[name]
+            if doc is None:
+                doc = _parsed(path)
+                if doc["format"] != ENCODING_FORMAT or doc.get("name") != name:
+                    encoding_from_dict(doc, str(path))  # says what is wrong with it, if anything
+                    raise ValueError(f"{path}: file name must be {doc['name']}.json, the name inside it")
             self._encodings[name] = encoding_from_dict(doc, str(path))
         return self._encodings[name]
 
@@ -121,6 +137,17 @@ class _Catalog(Mapping[str, Encoding]):
 @cache
 def _load(folder: Path) -> _Catalog:
     return _Catalog(folder)
+
+
+def _parsed(path: Path) -> dict:
+    """The file's JSON object, once it is one of the two formats."""
+    doc = _read_json(path)
+    if not isinstance(doc, dict):
+        raise ValueError(f"{path}: the document must be a JSON object, got {type(doc).__name__}")
+    if doc.get("format") not in (ENCODING_FORMAT, PLAN_FORMAT):
+        got = doc.get("format")
+        raise ValueError(f"{path}: format is {got!r}, want {ENCODING_FORMAT!r} or {PLAN_FORMAT!r}")
+    return doc
 
 
 def _claim(found: dict[str, Path], name: str, path: Path) -> None:

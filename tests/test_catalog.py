@@ -220,6 +220,17 @@ def test_each_encoding_is_verified_before_its_first_use(folder):
         assert str(err.value).startswith(f"{path}: ")
 
 
+def test_encoding_files_are_parsed_when_first_looked_up(folder):
+    # Files as dump_json writes them are indexed by name and parsed on first use; any other
+    # layout of the same document (compact, written by hand) is parsed at once, alike.
+    _raw(folder / "residue" / "res13-fp4-1.json", _residue(13))
+    catalog.reload()
+    loaded = catalog._load(catalog.catalog_dir())
+    assert [name for name, (_, doc) in loaded._documents.items() if doc is not None] == ["res13-fp4-1"]
+    assert catalog.encoding("res13-fp4-1").modulus == 13 and catalog.encoding("res7-fp4-1").modulus == 7
+    assert catalog.encodings()["res9-fp4-1"] is catalog.encoding("res9-fp4-1")
+
+
 def test_catalog_dir_override_must_exist(tmp_path, monkeypatch):
     monkeypatch.setenv("OZAKI_CATALOG", str(tmp_path / "missing"))
     with pytest.raises(FileNotFoundError, match=r"OZAKI_CATALOG is '.*missing', which is not a folder"):

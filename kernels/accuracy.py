@@ -15,8 +15,9 @@ int8 product of codes once:
 
 Each pass reads the input through its strides (Bᵀ's rows, B's columns, in place); the lower
 pass writes its codes K-contiguous and zero-padded to the shape the int8 GEMM takes
-(``padded``), so the GEMM needs no copy.  Every result is the torch path's bit for bit, whatever the tile shape
-or the split of K: the sums are integer sums (atomics in any order give the same int64),
+(``padded``), so the GEMM needs no copy.  Every result is the torch path's bit for bit,
+whatever the tile shape or the split of K: the sums are integer sums (atomics in any order
+give the same int64),
 each code is one entry's function, and each quotient is the same float64 operations in the
 same order as ``ozaki.accuracy`` (a power-of-two scaling by two exact factors, as
 ``ozaki._bits.ldexp``, then one correctly rounded division), whose minimum over lines does
@@ -43,9 +44,9 @@ from kernels.crt import ldexp_factors
 from kernels.float64 import EXPONENT_BIAS, FRACTION_BITS, MAGNITUDE_MASK, ULP_BIAS
 
 __all__ = ["CODES_BLOCK", "CODES_WARPS", "CODE_LEVELS", "CODE_MAX", "QUOTIENTS_BLOCK", "QUOTIENTS_WARPS",
-           "UPPER_CODE_MAX", "UPPER_LEVELS", "UpperReading", "compile_ptx", "least_quotients_kernel",
-           "lower_codes_kernel", "reference_least_quotients", "reference_lower_codes", "reference_upper_reading",
-           "upper_reading_kernel"]
+           "UPPER_CODE_MAX", "UPPER_LEVELS", "UPPER_MAX_K", "UpperReading", "compile_ptx",
+           "least_quotients_kernel", "lower_codes_kernel", "reference_least_quotients", "reference_lower_codes",
+           "reference_upper_reading", "upper_reading_kernel"]
 
 # D: the lower codes count in units of 2^(r − D) up to int8's 127.
 CODE_LEVELS = 7
@@ -56,8 +57,8 @@ CODE_MAX = 127
 # 2^-6 of it, where int8's 64 levels cost phi = 0.5 rows about a third of their mass.
 UPPER_LEVELS = 16
 UPPER_CODE_MAX = 1 << UPPER_LEVELS
-# The sums of squares stay int64 while K·UPPER_CODE_MAX² < 2^63.
-_MAX_UPPER_K = (2**63 - 1) // UPPER_CODE_MAX**2
+# The codes' sums of squares stay int64 while K·UPPER_CODE_MAX² < 2^63: the largest K.
+UPPER_MAX_K = (2**63 - 1) // UPPER_CODE_MAX**2
 
 
 class UpperReading(NamedTuple):
@@ -179,12 +180,12 @@ def upper_reading_kernel(x: torch.Tensor, top: torch.Tensor, levels: int, *,
     """The :class:`UpperReading` of x ``[rows, K]`` (float64, finite, any strides: for B pass
     Bᵀ, a view) in one pass: U with W = ``levels``, and the row sums and sums of squares of
     the upper codes.  ``top`` (int64, one per row) must be at least every entry's frexp
-    exponent (the row maximum's: ``ozaki.accuracy``), so that every code is at most 64 and
-    every d ≥ 0.  ``block``, ``chunks`` (K split over this many programs per block of rows)
+    exponent (the row maximum's: ``ozaki.accuracy``), so that every code is at most 2^D_U
+    and every d ≥ 0.  ``block``, ``chunks`` (K split over this many programs per block of rows)
     and ``num_warps`` change the speed, never the result."""
     _check_operand(x, top)
-    if x.shape[1] > _MAX_UPPER_K:
-        raise ValueError(f"K = {x.shape[1]} passes {_MAX_UPPER_K}, where the codes' sums of squares leave int64")
+    if x.shape[1] > UPPER_MAX_K:
+        raise ValueError(f"K = {x.shape[1]} passes {UPPER_MAX_K}, where the codes' sums of squares leave int64")
     if not 0 <= levels <= _MAX_SUM_LEVELS:
         raise ValueError(f"levels must lie in [0, {_MAX_SUM_LEVELS}] (U's terms are int64 powers of two), got {levels}")
     reading = UpperReading(*(torch.zeros(x.shape[0], dtype=torch.int64, device=x.device) for _ in range(3)))

@@ -65,7 +65,7 @@ import torch
 from kernels import accuracy as accuracy_kernels
 from kernels.autotune import tuned_plane_config
 from kernels.products import EXACT_SUM_MODULUS, exact_int8_matmul
-from kernels.accuracy import CODE_LEVELS, CODE_MAX, UPPER_CODE_MAX, UPPER_LEVELS, UpperReading
+from kernels.accuracy import CODE_LEVELS, CODE_MAX, UPPER_CODE_MAX, UPPER_LEVELS, UPPER_MAX_K, UpperReading
 from kernels.float64 import SIGNIFICAND_BITS
 
 from ._bits import ldexp
@@ -290,6 +290,9 @@ def fp64_reading(a: torch.Tensor, bt: torch.Tensor, extents_a: Extents, extents_
     product.  ``kernels`` runs the passes over the operands and the code product on Triton
     (``kernels.accuracy``, the same bits)."""
     _, k, _ = agreement.whole_shape(a.shape[-2], a.shape[-1], bt.shape[-2])
+    if k > UPPER_MAX_K:
+        raise ValueError(f"accuracy='fp64' takes K up to {UPPER_MAX_K} (its code sums of squares are int64), got "
+                         f"K = {k}: split K into products of at most that many and add them")
     m, n = a.shape[-2], bt.shape[-2]
     pad_m, pad_k, pad_n = _gemm_shape(m, a.shape[-1], n, a.device)
     levels = min(_SUM_LEVELS, 52 - k.bit_length())

@@ -14,6 +14,7 @@ from families import PHIS, phi_entries
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import kernels.accuracy
 import ozaki
 import ozaki.catalog
 from ozaki import accuracy, planning
@@ -143,6 +144,18 @@ def test_code_sums_bound_every_code_product(rows, cols, k, data):
     same = accuracy.MagnitudeBound.from_code_sums(sum(a[0]), sum(a[0]), sum(c * c for c in a[0]),
                                                   sum(c * c for c in a[0]), k)
     assert same.products == sum(c * c for c in a[0])
+
+
+def test_k_past_the_code_sums_range_is_refused(monkeypatch):
+    # The sums of squares of codes up to 2^16 are int64 only up to UPPER_MAX_K (about 2^31):
+    # past it the rule refuses, on the torch path and in the kernels' launcher alike.
+    a = torch.ones((2, 5), dtype=torch.float64)
+    monkeypatch.setattr(accuracy, "UPPER_MAX_K", 4)
+    with pytest.raises(ValueError, match="K up to 4"):
+        accuracy.fp64_reading(a, a, row_extents(a), row_extents(a))
+    monkeypatch.setattr(kernels.accuracy, "UPPER_MAX_K", 4)
+    with pytest.raises(ValueError, match="K = 5 passes 4"):
+        kernels.accuracy.upper_reading_kernel(a, torch.ones(2, dtype=torch.int64), 30)
 
 
 @pytest.mark.parametrize("value", [1 - 2.0**-40, 0.75, -(2.0**-1070)])

@@ -41,10 +41,10 @@ import triton.language as tl
 
 from kernels import ptx, scaling
 from kernels.crt import ldexp_factors
-from kernels.float64 import EXPONENT_BIAS, FRACTION_BITS, MAGNITUDE_MASK, ULP_BIAS
+from kernels.float64 import EXPONENT_BIAS, FRACTION_BITS, MAGNITUDE_MASK
 
-__all__ = ["CODES_BLOCK", "CODES_WARPS", "CODE_LEVELS", "CODE_MAX", "QUOTIENTS_BLOCK", "QUOTIENTS_WARPS",
-           "UPPER_CODE_MAX", "UPPER_LEVELS", "UPPER_MAX_K", "UpperReading", "compile_ptx",
+__all__ = ["CODES_WARPS", "CODE_LEVELS", "CODE_MAX", "LOWER_BLOCK", "QUOTIENTS_BLOCK", "QUOTIENTS_WARPS",
+           "UPPER_BLOCK", "UPPER_CODE_MAX", "UPPER_LEVELS", "UPPER_MAX_K", "UpperReading", "compile_ptx",
            "least_quotients_kernel", "lower_codes_kernel", "reference_least_quotients", "reference_lower_codes",
            "reference_upper_reading", "upper_reading_kernel"]
 
@@ -69,12 +69,16 @@ class UpperReading(NamedTuple):
     code_squares: torch.Tensor  # int64, one per row: the sum of their squares
 
 
-# K x rows per tile of the operand passes.  As in kernels.scaling, the compiler lays the load
-# out with the input's unit-stride axis fastest, so A and Bᵀ are both read coalesced; the
-# lower codes leave K-contiguous (for Bᵀ through a layout change in shared memory).  Three
-# int64 accumulators per entry (U, the code sums and squares) keep 2048 entries over 4 warps
-# in registers.
-CODES_BLOCK = (32, 64)
+# K x rows per tile of the operand passes, and their warps.  As in kernels.scaling, the
+# compiler lays the load out with the input's unit-stride axis fastest, so A and Bᵀ are both
+# read coalesced; the lower codes leave K-contiguous (for Bᵀ through a layout change in
+# shared memory).  Three int64 accumulators per entry (U, the code sums and squares) keep
+# 2048 entries over 4 warps in registers.  The lower pass's tile was the fastest of eleven
+# on the H200 at n = 16384 for both operands (A 1.75 → 0.76 ms, Bᵀ 0.68 → 0.61 against
+# 32 x 64; benchmarks/kernels.md, "The rule's passes"); the upper pass's 32 x 64 was within
+# 2% of the best for A.
+UPPER_BLOCK = (32, 64)
+LOWER_BLOCK = (64, 16)
 CODES_WARPS = 4
 # Rows x columns of G per program of the quotient pass: each program writes its tile's
 # minima per row and per column, which torch's amin finishes over the tiles.  16 entries per
@@ -86,14 +90,34 @@ QUOTIENTS_WARPS = 8
 _MAX_SUM_LEVELS = 62
 _SIGN_MASK = tl.constexpr(MAGNITUDE_MASK)
 _FRACTION_BITS = tl.constexpr(FRACTION_BITS)
-# frexp's exponent of a normal |x| with biased field E is E − (bias − 1); a subnormal's
-# pattern f is its significand in units of 2^(1 − ULP_BIAS) = 2^-1074, exact as a float64
-# whose field F gives bit_length(f) = F − (bias − 1), so its exponent is that plus 1 − ULP_BIAS.
+# frexp's exponent of a normal |x| with biased field E is E − (bias − 1); a subnormal times
+# 2^64 is normal (and exact), with frexp's exponent 64 above the subnormal's.
 _FREXP_BIAS = tl.constexpr(EXPONENT_BIAS - 1)
-_SUBNORMAL_SHIFT = tl.constexpr(ULP_BIAS - 1)
+_SUBNORMAL_BITS = tl.constexpr(64)
+_SUBNORMAL_SCALE = tl.constexpr(2.0**64)
 _CODE_LEVELS = tl.constexpr(CODE_LEVELS)
 _CODE_MAX = tl.constexpr(float(CODE_MAX))
 _UPPER_LEVELS = tl.constexpr(UPPER_LEVELS)
+# 1.5·2^52 and its bit pattern.  Floats in [2^52, 2^53) are the integers, so for |x| < 2^51
+# the sum x + 1.5·2^52 is x rounded to an integer n (ties to even), exactly 1.5·2^52 + n,
+# whose pattern is 0x4338… + n.
+_MAGIC = tl.constexpr(1.5 * 2**52)
+_MAGIC_BITS = tl.constexpr(0x4338000000000000)
+
+
+@triton.jit
+def _nearest_integer(x):
+    # x rounded to the nearest integer (ties to even), |x| < 2^51: two adds, where a rounding
+    # instruction runs at a quarter of the float64 rate on Hopper (16 against 64 per clock and
+    # SM, CUDA's table of instruction throughputs).
+    return (x + _MAGIC) - _MAGIC
+
+
+@triton.jit
+def _float_to_int(x):
+    # The float64 integer x, |x| < 2^51, as int64: a float add and an integer add, no
+    # conversion instruction (a quarter of the float64 rate too).
+    return (x + _MAGIC).to(tl.int64, bitcast=True) - _MAGIC_BITS
 
 
 @triton.jit
@@ -125,19 +149,31 @@ def _codes_kernel(
                     mask=(offs_k[:, None] < K) & row_mask[None, :], other=0.0)
         nonzero = x != 0
         scaled = tl.abs(x) * scale_first[None, :] * scale_second[None, :]
+        # The codes are rounded and made integers by magic-number adds, not by conversion
+        # instructions: every value rounded lies in [0, 2^16] (|x| < 2^t, and the lower codes
+        # are clamped to 127 first).
         if UPPER:
-            codes = tl.where(nonzero, tl.maximum(tl.ceil(scaled), 1.0), 0.0).to(tl.int64)
+            # The scaling's last factor is 1 here (t ≤ 1024), so the compiler's fusing it into
+            # the rounding add rounds the same product.
+            nearest = _nearest_integer(scaled)
+            ceiling = nearest + tl.where(nearest < scaled, 1.0, 0.0)
+            codes = _float_to_int(tl.where(nonzero, tl.maximum(ceiling, 1.0), 0.0))
             code_sums += codes
             code_squares += codes * codes
             magnitude = x.to(tl.int64, bitcast=True) & _SIGN_MASK
             field = magnitude >> _FRACTION_BITS
-            subnormal_field = magnitude.to(tl.float64).to(tl.int64, bitcast=True) >> _FRACTION_BITS
-            exponent = tl.where(field > 0, field, subnormal_field - _SUBNORMAL_SHIFT) - _FREXP_BIAS
+            # A subnormal times 2^64 is normal, exactly: its field, less 64, is the subnormal's.
+            subnormal = field == 0
+            normalized = tl.abs(x) * tl.where(subnormal, _SUBNORMAL_SCALE, 1.0)
+            exponent = ((normalized.to(tl.int64, bitcast=True) >> _FRACTION_BITS)
+                        - tl.where(subnormal, _SUBNORMAL_BITS, 0) - _FREXP_BIAS)
             below = top[None, :] - exponent
             term = tl.full([BLOCK_K, BLOCK_R], 1, dtype=tl.int64) << tl.maximum(levels - below, 0)
             sums += tl.where(nonzero, term, 0)
         else:
-            codes = tl.floor(tl.minimum(scaled, _CODE_MAX))
+            clamped = tl.minimum(scaled, _CODE_MAX)
+            nearest = _nearest_integer(clamped)
+            codes = _float_to_int(nearest - tl.where(nearest > clamped, 1.0, 0.0))
             tl.store(codes_ptr + offs_r[None, :].to(tl.int64) * stride_cr + offs_k[:, None], codes.to(tl.int8),
                      mask=(offs_k[:, None] < k_stop) & out_rows[None, :])
     if UPPER:
@@ -175,7 +211,7 @@ def _launch_codes(x: torch.Tensor, scale: torch.Tensor, padded: tuple[int, int],
 
 
 def upper_reading_kernel(x: torch.Tensor, top: torch.Tensor, levels: int, *,
-                         block: tuple[int, int] = CODES_BLOCK, chunks: int | None = None,
+                         block: tuple[int, int] = UPPER_BLOCK, chunks: int | None = None,
                          num_warps: int = CODES_WARPS) -> UpperReading:
     """The :class:`UpperReading` of x ``[rows, K]`` (float64, finite, any strides: for B pass
     Bᵀ, a view) in one pass: U with W = ``levels``, and the row sums and sums of squares of
@@ -194,7 +230,7 @@ def upper_reading_kernel(x: torch.Tensor, top: torch.Tensor, levels: int, *,
 
 
 def lower_codes_kernel(x: torch.Tensor, window_top: torch.Tensor, padded: tuple[int, int], *,
-                       block: tuple[int, int] = CODES_BLOCK, chunks: int | None = None,
+                       block: tuple[int, int] = LOWER_BLOCK, chunks: int | None = None,
                        num_warps: int = CODES_WARPS) -> torch.Tensor:
     """The lower codes min(⌊|x|·2^(D − r)⌋, 127) of x ``[rows, K]`` (float64, any strides)
     for the window top r per row (``window_top``, int64) in an int8 ``padded`` (rows, K)
@@ -340,7 +376,8 @@ def compile_ptx(capability: int = 90, kernel: str = "upper", operand: str = "a",
         if unit is None:
             raise ValueError(f"operand must be 'a' or 'b', got {operand!r}")
         pointers = {"x_ptr": "*fp64", "top_ptr": "*i64"}
-        constexprs = {"BLOCK_K": CODES_BLOCK[0], "BLOCK_R": CODES_BLOCK[1], "UPPER": kernel == "upper", unit: 1}
+        block = UPPER_BLOCK if kernel == "upper" else LOWER_BLOCK
+        constexprs = {"BLOCK_K": block[0], "BLOCK_R": block[1], "UPPER": kernel == "upper", unit: 1}
         if kernel == "upper":  # as upper_reading_kernel launches it: sums, no codes
             pointers.update(sums_ptr="*i64", code_sums_ptr="*i64", code_squares_ptr="*i64")
             constexprs.update(codes_ptr=None)

@@ -223,13 +223,6 @@ def _cuda_profile(index: int) -> cost.Profile | None:
     return profile
 
 
-def _nonfinite_flags(a: torch.Tensor, b: torch.Tensor) -> list[list[torch.Tensor]]:
-    """Per operand, a device flag (0 or 1) of whether it holds NaN or ±inf, left unread: the
-    plan reads it with its maxima.  One reduction pass per operand: NaN propagates into both
-    extremes and ±inf is one of them, so both are finite exactly when every entry is."""
-    return [[(~torch.stack(torch.aminmax(x)).isfinite().all()).to(torch.int64)] if x.numel() else [] for x in (a, b)]
-
-
 def _zeroed(x: torch.Tensor, nonfinite: int) -> torch.Tensor:
     """x with NaN and ±inf read as 0 (numpy's matmul places them, see ozaki.frontend)."""
     return torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0) if nonfinite else x
@@ -267,11 +260,11 @@ def plan_product(a: torch.Tensor, b: torch.Tensor, accuracy: Accuracy = "fp64", 
     # common one reads the device once here).
     fa, fb = a, b
     sides, local, (p, q, widest_a, widest_b, nonfinite_a, nonfinite_b, *most) = _read_rows(
-        fa, fb, batch, accuracy, agreement, _nonfinite_flags(a, b))
+        fa, fb, batch, accuracy, agreement)
     nonfinite = bool(nonfinite_a or nonfinite_b)
     if nonfinite:
         fa, fb = _zeroed(a, local[4]), _zeroed(b, local[5])
-        sides, _, (p, q, widest_a, widest_b, _, _, *most) = _read_rows(fa, fb, batch, accuracy, agreement, [[], []])
+        sides, _, (p, q, widest_a, widest_b, _, _, *most) = _read_rows(fa, fb, batch, accuracy, agreement)
 
     # |A'B'| ≤ K·(2^p − 1)(2^q − 1); the CRT recovers it exactly, sign included, when
     # ∏m > 2·K·(2^p − 1)(2^q − 1): the capacity a plan advertises for k_max and input_bits.
@@ -320,20 +313,24 @@ def plan_product(a: torch.Tensor, b: torch.Tensor, accuracy: Accuracy = "fp64", 
     ))
 
 
-def _read_rows(a: torch.Tensor, b: torch.Tensor, batch: int, accuracy: Accuracy, agreement: Agreement,
-               flags: list[list[torch.Tensor]]) -> tuple[list, list[int], list[int]]:
+def _read_rows(a: torch.Tensor, b: torch.Tensor, batch: int, accuracy: Accuracy,
+               agreement: Agreement) -> tuple[list, list[int], list[int]]:
     """Stage 1's reading of every product of the batch, and in one read of the device every
-    maximum the plan needs: the bits and lossless widths of each side, the operands'
-    non-finite ``flags`` and, under "fp64", the code sums of the magnitude bound; both this
-    device's and, through ``agreement``, the whole product's."""
+    maximum the plan needs: the bits and lossless widths of each side, whether each operand
+    holds NaN or ±inf and, under "fp64", the code sums of the magnitude bound; both this
+    device's and, through ``agreement``, the whole product's.  (Over non-finite operands the
+    rest is meaningless: the caller reads them again, zeroed.)"""
     (m, k), n = a.shape[-2:], b.shape[-1]
     flat_a, flat_bt = a.reshape(batch, m, k), b.reshape(batch, k, n).transpose(-1, -2)
     read = [_sides(flat_a[index], flat_bt[index], accuracy, agreement) for index in range(batch)]
     sides = [(side_a, side_b) for side_a, side_b, _ in read]
     code_sums = [list(column) for column in zip(*(sums for _, _, sums in read if sums is not None))]
+    # NaN propagates into its row's largest magnitude and ±inf is one: an operand is finite
+    # exactly where every row's is, so no pass over the operands checks it.
+    nonfinite = [[(~side.extents.row_max.isfinite()).to(torch.int64) for side in column] for column in zip(*sides)]
     local = extremes("max", [[side_a.bits for side_a, _ in sides], [side_b.bits for _, side_b in sides],
                              [side_a.lossless for side_a, _ in sides], [side_b.lossless for _, side_b in sides],
-                             *flags, *code_sums], 0)
+                             *nonfinite, *code_sums], 0)
     return sides, local, agreement.agree("max", local)
 
 

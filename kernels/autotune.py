@@ -20,6 +20,7 @@ import dataclasses
 import functools
 import json
 import logging
+import math
 import os
 import re
 import tempfile
@@ -259,13 +260,15 @@ def tuned_plane_config(
     device: torch.device | str,
     *,
     moduli: Sequence[int] | None = None,
+    exact_sums: bool = False,
 ):
     """``config=`` for ``kernels.products.grouped_modular_matmul``: the fastest ``PlaneGemmConfig``
     of `operand` whose exactness windows admit planes with largest ``|P_t| * |Q_t|`` = `max_product`
     (every such config returns the exact residues).  planes: the plane count of each group (an int:
     one group) in a launch of [T, M, K] x [T, N, K] planes; moduli: each group's modulus (None: all
-    at most 2**8, as in the catalog), whose ``residue_dtype`` selects the kernel's residue arithmetic.
-    On CPU the
+    at most 2**8, as in the catalog), whose ``residue_dtype`` selects the kernel's residue arithmetic;
+    exact_sums: for ``kernels.products.exact_int8_matmul`` (one int8 plane whose entries are at most
+    √max_product), timed as it launches, with its sums stored unreduced.  On CPU the
     launcher's own default: the first of ``CONFIGS[operand]`` that admits max_product."""
     if operand not in products.CONFIGS:
         raise ValueError(f"unknown operand {operand!r}; known: {', '.join(products.CONFIGS)}")
@@ -277,6 +280,9 @@ def tuned_plane_config(
     counts = tuple(_positive("planes", c) for c in counts)
     if moduli is not None and len(moduli) != len(counts):
         raise ValueError(f"tuned_plane_config: {len(moduli)} moduli for {len(counts)} groups: one per group")
+    if exact_sums and (operand != "int8" or counts != (1,) or math.isqrt(max_product) ** 2 != max_product):
+        raise ValueError(f"tuned_plane_config: exact sums are one int8 plane of entries up to √max_product "
+                         f"(exact_int8_matmul); got {operand}, planes {list(counts)}, max_product {max_product}")
     # Time with the largest modulus of the residue type the real moduli take: the same arithmetic.
     residues = products.residue_dtype(moduli or [2**8])
     timing_modulus = {torch.uint8: 2**8, torch.int16: 2**15 - 1}.get(residues, 2**31 - 1)
@@ -304,6 +310,10 @@ def tuned_plane_config(
 
     def run(config: dict) -> None:
         plane_config = products.PlaneGemmConfig(**config)
+        if exact_sums:
+            (a, b, _, _), = groups()
+            products.exact_int8_matmul(a[0], b[0], math.isqrt(max_product), config=plane_config)
+            return
         chunk = products.plan_chunk(operand, plane_config, max_product)
         products.grouped_modular_matmul(groups(), digits=products.OPERANDS[operand], operand=operand,
                                         config=plane_config, k_chunk=chunk, out_dtype=residues)
@@ -311,6 +321,7 @@ def tuned_plane_config(
     # Shapes within one power of two share a winner: a new shape costs no timing, and the best
     # tiling moves with the shape's scale, not with its exact size.
     buckets = tuple(1 << (size - 1).bit_length() for size in (m, n, k))
-    chosen = best_config(f"modular_matmul.{operand}", run, key=(*buckets, counts, max_product, str(residues)), device=device,
+    workload = (*buckets, counts, max_product, str(residues), *(("exact sums",) if exact_sums else ()))
+    chosen = best_config(f"modular_matmul.{operand}", run, key=workload, device=device,
                          default=dataclasses.asdict(default), admits=admits)
     return products.PlaneGemmConfig(**chosen)

@@ -477,6 +477,10 @@ def _residue_bits(dtype: torch.dtype) -> int:
     return {torch.uint8: 8, torch.int16: 16}.get(dtype, 32)
 
 
+# RESIDUE_BITS of exact sums (kernels.mod_reduce.fold_chunk): no reduction at all.
+_EXACT_SUMS = 0
+
+
 def grouped_modular_matmul(
     groups: Sequence[tuple[torch.Tensor, torch.Tensor, Sequence[int], int]],
     *,
@@ -640,15 +644,19 @@ def _programs(device: torch.device) -> int:
 
 
 def _launch(a_op: torch.Tensor, b_op: torch.Tensor, coefficients: tuple[int, ...], plane_start: tuple[int, ...],
-            moduli: tuple[int, ...], out: torch.Tensor, operand: str, config: PlaneGemmConfig, chunk: int) -> None:
+            moduli: tuple[int, ...], out: torch.Tensor, operand: str, config: PlaneGemmConfig, chunk: int, *,
+            exact_sums: bool = False) -> None:
     """Launches the kernel on operands already converted by ``_to_operand`` ([T, batch, rows,
     K]) into ``out`` ([G, batch, M, N] of ``residue_dtype(moduli)`` or a wider integer type);
-    callers have validated every other bound."""
+    callers have validated every other bound.  ``exact_sums``: the caller guarantees one
+    plane of coefficient 1, one K chunk and every sum in [0, m) (:func:`exact_int8_matmul`),
+    which the epilogue then stores unreduced."""
     # The residue arithmetic follows the moduli (the fp32 path is exact for m <= 2**8 only),
     # never the output's type.
     arithmetic = residue_dtype(moduli)
     if out.dtype.itemsize < arithmetic.itemsize:
         raise ValueError(f"residues mod {max(moduli)} need {arithmetic} or wider; the output is {out.dtype}")
+    residue_bits = _EXACT_SUMS if exact_sums else _residue_bits(arithmetic)
     device = a_op.device
     n_groups, n_batch, m_rows, n_cols = out.shape
     packed_k = a_op.shape[-1]
@@ -676,13 +684,13 @@ def _launch(a_op: torch.Tensor, b_op: torch.Tensor, coefficients: tuple[int, ...
             raise ValueError(f"{config}: {refusal}: use a config with gluon=False")
         wgmma_products.launch(a_op.view(-1, packed_k), b_op.view(-1, packed_k), table,
                               table[n_planes + len(plane_start):], out, n_k_blocks=n_k_blocks,
-                              residue_bits=_residue_bits(arithmetic), config=config, programs=programs)
+                              residue_bits=residue_bits, config=config, programs=programs)
         return
     _plane_gemm_kernel[(min(tiles, programs),)](
         a_src, b_src, table, table[n_planes:], table[n_planes + len(plane_start):], out,
         m_rows, n_cols, n_groups * n_batch, n_batch, n_k_blocks, chunk_blocks, packed_k, packed_k,
         *out.stride(),
-        OPERAND=operand, SINGLE_FLUSH=single_flush, RESIDUE_BITS=_residue_bits(arithmetic), USE_TMA=config.tma,
+        OPERAND=operand, SINGLE_FLUSH=single_flush, RESIDUE_BITS=residue_bits, USE_TMA=config.tma,
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
         IMPRECISE_WINDOW=config.imprecise_window, NUM_PROGRAMS=programs, num_warps=config.num_warps,
         num_stages=config.num_stages,
@@ -748,7 +756,8 @@ def exact_int8_matmul(a: torch.Tensor, bt: torch.Tensor, max_entry: int, *,
         out.zero_()
     elif out.numel():
         a_op, b_op = (_to_operand(x[None, None], "int8", config.block_k) for x in (a, bt))
-        _launch(a_op, b_op, (1,), (0, 1), (EXACT_SUM_MODULUS,), out, "int8", config, chunk)
+        # Every sum lies in [0, 2**31 - 1): it is its own residue, stored unreduced.
+        _launch(a_op, b_op, (1,), (0, 1), (EXACT_SUM_MODULUS,), out, "int8", config, chunk, exact_sums=True)
     return out[0, 0]
 
 
@@ -777,22 +786,27 @@ def reference_modular_matmul(a_planes: torch.Tensor, b_planes: torch.Tensor, coe
 
 
 def compile_ptx(operand: str, capability: int, config: PlaneGemmConfig, *, single_flush: bool = True,
-                residue_dtype: torch.dtype = torch.uint8, multiprocessors: int = 132) -> str:
+                residue_dtype: torch.dtype = torch.uint8, multiprocessors: int = 132,
+                exact_sums: bool = False) -> str:
     """PTX of the plane GEMM for ``operand`` on ``sm_<capability>``, compiled without a GPU
     (``residue_dtype``: the residues' type, which selects the residue arithmetic;
     ``multiprocessors``: the device's, an H100/H200's by default, which with
-    ``config.programs_per_sm`` sizes the persistent launch).  Needs a process
+    ``config.programs_per_sm`` sizes the persistent launch; ``exact_sums``: as
+    :func:`exact_int8_matmul` launches it, int32 sums stored unreduced).  Needs a process
     without ``TRITON_INTERPRET=1`` (see :func:`kernels.ptx.compile_kernel`)."""
     if operand not in OPERANDS:
         raise ValueError(f"unknown operand {operand!r}; known: {', '.join(OPERANDS)}")
+    if exact_sums and (operand != "int8" or residue_dtype != torch.int32 or not single_flush):
+        raise ValueError("exact sums are int8 products in one K chunk with int32 results (exact_int8_matmul)")
+    residue_bits = _EXACT_SUMS if exact_sums else _residue_bits(residue_dtype)
     if config.gluon:
         if operand != "int8" or capability != 90 or not single_flush:
             raise ValueError(f"the gluon kernel is sm_90 int8 with one plane and one K chunk (single_flush); "
                              f"got {operand} on sm_{capability}, single_flush={single_flush}")
-        return wgmma_products.compile_ptx(config, residue_bits=_residue_bits(residue_dtype),
+        return wgmma_products.compile_ptx(config, residue_bits=residue_bits,
                                           out_type=_OUT_TYPES[residue_dtype],
                                           programs=multiprocessors * config.programs_per_sm)
-    constexprs = dict(OPERAND=operand, SINGLE_FLUSH=single_flush, RESIDUE_BITS=_residue_bits(residue_dtype),
+    constexprs = dict(OPERAND=operand, SINGLE_FLUSH=single_flush, RESIDUE_BITS=residue_bits,
                       USE_TMA=config.tma, BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
                       GROUP_M=config.group_m, IMPRECISE_WINDOW=config.imprecise_window,
                       NUM_PROGRAMS=multiprocessors * config.programs_per_sm)

@@ -178,7 +178,7 @@ def _int8_sums(a: torch.Tensor, bt: torch.Tensor, kernels: bool) -> torch.Tensor
     if not kernels:
         return torch._int_mm(a, bt.T)
     config = tuned_plane_config("int8", a.shape[0], bt.shape[0], a.shape[1], 1, CODE_MAX**2, a.device,
-                                moduli=[EXACT_SUM_MODULUS])
+                                moduli=[EXACT_SUM_MODULUS], exact_sums=True)
     return exact_int8_matmul(a.contiguous(), bt.contiguous(), CODE_MAX, config=config)
 
 

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from test_kernels_products import needs_dot_scaled
 from triton.runtime.errors import OutOfResources
 
-from kernels import autotune, wgmma_products
+from kernels import autotune, products, wgmma_products
 from kernels.autotune import CLASSES_FILE, best_config, candidates, clear_cache, target_for, tuned_plane_config
 from kernels.check import classes_report, proven_classes
 from kernels.check.run import tc_sum_probe
@@ -275,6 +275,20 @@ def test_the_gluon_kernel_is_timed_where_it_runs(fake_gpu, monkeypatch):
         timed.clear()
         tuned_plane_config("int8", 4096, 4096, k, planes, 128 * 128, "cpu")
         assert len(timed) == len(CONFIGS["int8"]) - len(gluon)
+
+
+def test_exact_sums_are_timed_as_exact_int8_matmul_launches_them(fake_gpu, monkeypatch):
+    """The code GEMM's configs are timed through exact_int8_matmul (its unreduced int32 sums),
+    under a key of their own; only one int8 plane of a square bound is such a workload."""
+    monkeypatch.setattr(wgmma_products, "supports", lambda device: True)
+    launched = []
+    monkeypatch.setattr(products, "exact_int8_matmul", lambda a, bt, top, config: launched.append((a.shape, top)))
+    monkeypatch.setattr(triton.testing, "do_bench", lambda fn, return_mode: fn() or 1.0)
+    tuned_plane_config("int8", 4096, 2048, 4096, 1, 127 * 127, "cpu", moduli=[2**31 - 1], exact_sums=True)
+    assert launched and set(launched) == {((4096, 4096), 127)}
+    for operand, planes, max_product in (("int8", 2, 127 * 127), ("int8", 1, 127 * 126), ("e4m3", 1, 144)):
+        with pytest.raises(ValueError, match="exact sums are one int8 plane"):
+            tuned_plane_config(operand, 64, 64, 128, planes, max_product, "cpu", exact_sums=True)
 
 
 # 2**31 // 200 leaves int8 one block_k of 128 per exact chunk: K = 256 runs as two chunks.

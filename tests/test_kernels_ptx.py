@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 _TRITON = tuple(int(part) for part in triton.__version__.split(".")[:2])
 
 VARIANTS = {
-    # name: (operand, capability, config[, residue type (default uint8: moduli up to 2**8)])
+    # name: (operand, capability, config[, residue type (default uint8: moduli up to 2**8)[, exact sums]])
     "int8-tma": ("int8", 90, PlaneGemmConfig(128, 128, 128, num_warps=8, tma=True)),
     "int8-wide-tma": ("int8", 90, PlaneGemmConfig(128, 256, 128, num_warps=8, tma=True)),
     "int8-two-per-sm": ("int8", 90, PlaneGemmConfig(128, 128, 128, num_warps=4, num_stages=3, tma=True,
@@ -42,6 +42,10 @@ VARIANTS = {
     "int8-gluon-int16-residues": ("int8", 90, PlaneGemmConfig(128, 128, 128, num_warps=4, tma=True, gluon=True),
                                   "int16"),
     "int8-gluon-big-moduli": ("int8", 90, PlaneGemmConfig(128, 128, 128, num_warps=4, tma=True, gluon=True), "int32"),
+    # As kernels.products.exact_int8_matmul launches them: int32 sums stored unreduced.
+    "int8-exact-sums": ("int8", 90, PlaneGemmConfig(128, 256, 128, num_warps=8, tma=True), "int32", True),
+    "int8-gluon-exact-sums": ("int8", 90, PlaneGemmConfig(128, 128, 128, num_warps=4, num_stages=3, tma=True,
+                                                          programs_per_sm=2, gluon=True), "int32", True),
     # The promotion counts below need an epilogue without fp32 adds: int16 residues (the K loop
     # does not depend on the residue type).
     "e4m3-w64": ("e4m3", 90, PlaneGemmConfig(128, 128, 128, num_warps=8, imprecise_window=64, tma=True), "int16"),
@@ -54,15 +58,17 @@ _SCRIPT = """
 import json, sys, torch
 from kernels.products import PlaneGemmConfig, compile_ptx
 out = {}
-for name, (operand, capability, fields, residues) in json.loads(sys.argv[1]).items():
-    out[name] = compile_ptx(operand, capability, PlaneGemmConfig(**fields), residue_dtype=getattr(torch, residues))
+for name, (operand, capability, fields, residues, exact_sums) in json.loads(sys.argv[1]).items():
+    out[name] = compile_ptx(operand, capability, PlaneGemmConfig(**fields), residue_dtype=getattr(torch, residues),
+                            exact_sums=exact_sums)
 json.dump(out, open(sys.argv[2], "w"))
 """
 
 
 def compile_variants(variants: dict, folder: Path) -> subprocess.CompletedProcess | dict[str, str]:
     """PTX of each variant from one subprocess, or the finished process when it failed."""
-    request = {name: (v[0], v[1], vars(v[2]), v[3] if len(v) > 3 else "uint8") for name, v in variants.items()}
+    request = {name: (v[0], v[1], vars(v[2]), v[3] if len(v) > 3 else "uint8", len(v) > 4 and v[4])
+               for name, v in variants.items()}
     return _compiled(_SCRIPT, json.dumps(request), folder)
 
 
@@ -100,6 +106,19 @@ def test_int8_is_wgmma_s8_with_int32_accumulation(ptx):
     # No float anywhere where residues take integer arithmetic (byte residues are reduced in fp32).
     for name in ("int8-int16-residues", "int8-big-moduli", "int8-gluon-int16-residues", "int8-gluon-big-moduli"):
         assert fp32_adds(ptx[name]) == 0
+
+
+@pytest.mark.parametrize("name", ["int8-exact-sums", "int8-gluon-exact-sums"])
+def test_exact_sums_leave_unreduced(name, ptx):
+    # exact_int8_matmul's sums are their own residues: the epilogue stores the int32
+    # accumulator, with no float or integer reduction (no float instruction at all; the
+    # integer divisions left are the tile's coordinates, not one per entry).
+    config = VARIANTS[name][2]
+    assert all(m.endswith(".s32.s8.s8") for m in mma(ptx[name])) and mma(ptx[name])
+    assert not re.search(r"\b(?:add|sub|mul|fma|div|rcp|cvt)\.\S*f(?:32|64)\b", ptx[name])
+    divisions = len(re.findall(r"\b(?:div|rem)\.[su](?:32|64)\b", ptx[name]))
+    assert divisions < config.block_m * config.block_n // (32 * config.num_warps) // 2
+    assert re.search(r"st\.global\S*\.b32", ptx[name]) and not re.search(r"\b(?:ld|st)\.local\b", ptx[name])
 
 
 @pytest.mark.parametrize("name", ["int8-gluon", "int8-gluon-wide"])

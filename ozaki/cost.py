@@ -1,19 +1,20 @@
 """Cost model: predicted seconds of the emulated product and of native DGEMM on one device.
 
-    plan     = (MK + KN)·(3·8 + 2) / (bandwidth · plan efficiency) + 2·2MNK / plane-GEMM rate + fixed
+    plan     = ((MK + KN)·(3·8 + 1) + MN·2·4) / (bandwidth · plan efficiency) + 2MNK / plane-GEMM rate + fixed
     encode   = (MK + KN)·(8 + planes·plane bytes) / (bandwidth · encode efficiency) + fixed
     products = planes·2MNK / plane-GEMM rate + moduli·MN·residue bytes / bandwidth + fixed
     decode   = MN·(moduli·residue bytes + 8) / (bandwidth · decode efficiency) + fixed
     DGEMM    = 2MNK / fp64 rate
 
 The plan is what ``accuracy="fp64"`` reads before any residue exists (``ozaki.accuracy``):
-four passes over the float64 operands (finiteness, extents, upper code sums, lower codes)
-writing one int8 code per entry, and one int8 GEMM of codes on the plane-GEMM kernel.  Encode reads the
+three passes over the float64 operands (extents, which show NaN and inf too; upper code sums;
+lower codes) writing one int8 code per entry, one int8 GEMM of codes on the plane-GEMM kernel
+and one pass over its int32 product.  Encode reads the
 float64 operands and writes one plane value per entry and plane; the products write one
 byte residue per entry and modulus, which the decode reads back before writing the float64
 result.  Each stage's fixed part is what it costs whatever the size (launches, host reads,
-lookups).  The efficiencies and fixed parts are what the H200 reached on that traffic in the
-recorded run (:data:`H200_RECORD`), the rates what it reached on the arithmetic; other devices take their
+lookups).  The efficiencies and fixed parts are fitted to the H200's recorded run
+(:data:`H200_RECORD`), the rates to what it reached on the arithmetic; other devices take their
 datasheet figures (:data:`DEVICES`) times the H200's efficiencies.  Nothing is timed at call
 time: the same shape on the same device always gets the same prediction, so a choice made
 from it never changes a result's bits from run to run.
@@ -79,18 +80,18 @@ DEVICES = {
 # reads FP4 two to a byte.
 PLANE_BYTES = {"int8": 1.0, "fp8": 1.0, "fp4": 0.5, "int4": 0.5, "reference": 8.0}
 
-# benchmarks/RESULTS.md, "2026-12-02 17:21 UTC, one H200: one code GEMM, five reads: 1.26× DGEMM at 16384":
+# benchmarks/RESULTS.md, "2026-12-02 20:01 UTC, one H200: 1.39× DGEMM at 16384, 1.05× at 4096×65536×4096":
 # ozaki.matmul with the int8 engine, accuracy fp64, phi = 0.5; per (M, K, N): the plan's moduli,
 # the seconds of (plan, encode, products, decode), and DGEMM's seconds in the same run.
 H200_RECORD = {
-    (16384, 16384, 16384): (16, 0.01836, 0.01073, 0.09280, 0.00646, 0.16251),
-    (8192, 8192, 8192): (16, 0.00519, 0.00379, 0.01205, 0.00152, 0.01937),
-    (4096, 4096, 4096): (16, 0.00320, 0.00197, 0.00205, 0.00047, 0.00231),
-    (65536, 4096, 256): (16, 0.00656, 0.00595, 0.00272, 0.00078, 0.00254),
-    (4096, 65536, 4096): (16, 0.01082, 0.01005, 0.02420, 0.00079, 0.04102),
+    (16384, 16384, 16384): (16, 0.01491, 0.00997, 0.10020, 0.00617, 0.17371),
+    (8192, 8192, 8192): (16, 0.00372, 0.00331, 0.01210, 0.00143, 0.01968),
+    (4096, 4096, 4096): (16, 0.00279, 0.00183, 0.00201, 0.00045, 0.00231),
+    (65536, 4096, 256): (16, 0.00368, 0.00459, 0.00229, 0.00051, 0.00244),
+    (4096, 65536, 4096): (16, 0.00752, 0.00889, 0.02260, 0.00064, 0.04293),
 }
-# DGEMM's best rate in that run (4096³; 54.1 TFLOP/s at 16384³).
-_RECORD_DGEMM = 59.4e12
+# DGEMM's best rate in that run (4096³; 50.6 TFLOP/s at 16384³).
+_RECORD_DGEMM = 59.6e12
 
 
 class _RecordedRun(NamedTuple):
@@ -161,9 +162,10 @@ def _decode_traffic(m: int, n: int, moduli: int) -> float:
 
 
 def _plan_traffic(m: int, k: int, n: int) -> float:
-    # Four reads of A and B (finiteness, extents, the upper sums, the lower codes) and the
-    # lower codes written, one byte an entry.
-    return (m * k + k * n) * (4 * 8 + 1)
+    # Three reads of A and B (extents, which also show NaN and inf; the upper sums; the lower
+    # codes) and the lower codes written, one byte an entry; the code GEMM's int32 product
+    # written and read again by the quotient pass.
+    return (m * k + k * n) * (3 * 8 + 1) + m * n * 2 * 4
 
 
 # The plan's int8 GEMM of codes (ozaki.accuracy).
@@ -281,21 +283,24 @@ def workspace_bytes(m: int, k: int, n: int, *, digits: str, planes: int, moduli:
 def _h200_fit() -> tuple[float, dict, float, float, float]:
     """(int8 plane rate, fixed seconds per stage, plan, encode and decode efficiency) from
     :data:`H200_RECORD`: each stage as a fixed part plus its traffic (for the products, its
-    arithmetic) at one rate, through the smallest and the largest square of the record; the
-    plan's traffic is its time less the code GEMM at the products' rate.  The model aims at
-    the measured times (benchmarks/RESULTS.md compares it with each run), neither flattering
-    the emulation nor DGEMM; the tests hold every recorded call to a fifth of its time."""
+    arithmetic) at one rate, fitted to every recorded call by least squares of the relative
+    error; the plan's traffic is its time less the code GEMM at the products' rate.  The model
+    aims at the measured times (benchmarks/RESULTS.md compares it with each run), neither
+    flattering the emulation nor DGEMM; the tests hold every recorded call to a fifth of its time."""
     h200 = DEVICES["h200"]
     runs = {shape: _RecordedRun(*entry) for shape, entry in H200_RECORD.items()}
-    squares = sorted(shape for shape in runs if len(set(shape)) == 1)
 
     def through(work, seconds) -> tuple[float, float]:
-        # seconds = fixed + work / speed through the smallest and largest square: (speed, fixed).
+        # seconds = fixed + work / speed, minimising Σ ((fixed + work/speed) / t − 1)² over the
+        # record (the normal equations of a linear fit weighted by 1/t²): (speed, fixed).
         # Both take (m, k, n) and the recorded run.
-        (w_small, t_small), (w_large, t_large) = ((work(*shape, runs[shape]), seconds(*shape, runs[shape]))
-                                                  for shape in (squares[0], squares[-1]))
-        speed = (w_large - w_small) / (t_large - t_small)
-        return speed, t_small - w_small / speed
+        points = [(work(*shape, run), seconds(*shape, run)) for shape, run in runs.items()]
+        sums = [sum(w**i / t**2 for w, t in points) for i in range(3)]
+        targets = [sum(w**i / t for w, t in points) for i in range(2)]
+        determinant = sums[0] * sums[2] - sums[1] ** 2
+        fixed = (targets[0] * sums[2] - targets[1] * sums[1]) / determinant
+        slope = (sums[0] * targets[1] - sums[1] * targets[0]) / determinant
+        return 1 / slope, fixed
 
     rate, products = through(lambda m, k, n, run: run.moduli * 2 * m * k * n,
                              lambda m, k, n, run: run.products - run.moduli * m * n * RESIDUE_BYTES / h200.bandwidth)

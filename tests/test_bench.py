@@ -158,15 +158,17 @@ def test_projection_model_and_calibration():
     assert any("int8 on B300" in n for n in notes) and any("fp4 on H200" in n for n in notes)
     flop = 2e9
     # B200 int8 at half the datasheet rate, the code GEMM of the plan too; traffic at half of 8 TB/s:
-    # the plan's four reads of A and B and one code per entry, the encode's read of A and B and 10 planes
-    # of (MK + KN) bytes, 4 moduli of byte residues written and read, C written.
-    traffic = 33 * 2e6 + (8 + 10) * 2e6 + 2 * 4 * 1e6 + 8 * 1e6
+    # the plan's three reads of A and B, one code per entry and the code GEMM's int32 product written and
+    # read, the encode's read of A and B and 10 planes of (MK + KN) bytes, 4 moduli of byte residues
+    # written and read, C written.
+    plan = 25 * 2e6 + 8 * 1e6
+    traffic = plan + (8 + 10) * 2e6 + 2 * 4 * 1e6 + 8 * 1e6
     want = (10 + 1) * flop / (0.5 * 4.5e15) + traffic / (0.5 * 8e12)
     assert got[("B200", "i", 1000)]["model_s"] == pytest.approx(want, rel=1e-12)
     # fp4 takes fp8's measured efficiency (a quarter), and so does the code GEMM on the B300, which has no
     # int8 worth using (its fastest unit, fp4); DGEMM runs at half of the datasheet FP64 rate.
     fp4 = got[("B300", "f", 1000)]
-    want = (59 + 1) * flop / (0.25 * 13e15) + (33 * 2e6 + (8 + 59 * 0.5) * 2e6 + 2 * 21 * 1e6 + 8 * 1e6) / (0.5 * 8e12)
+    want = (59 + 1) * flop / (0.25 * 13e15) + (plan + (8 + 59 * 0.5) * 2e6 + 2 * 21 * 1e6 + 8 * 1e6) / (0.5 * 8e12)
     assert fp4["model_s"] == pytest.approx(want, rel=1e-12)
     assert fp4["dgemm_model_s"] == pytest.approx(flop / (0.5 * 1.25e12), rel=1e-12)
     assert fp4["speedup"] == pytest.approx(fp4["dgemm_model_s"] / fp4["model_s"], rel=1e-12)

@@ -27,10 +27,10 @@ def test_profiles_are_keyed_by_name_and_capability():
     assert cost.profile_for("NVIDIA H200", (8, 0)) is None  # a name that does not fit its capability
     assert cost.profile_for("NVIDIA GeForce RTX 4090", (8, 9)) is None
     # The H200 profile is the record itself: measured DGEMM rate, datasheet bandwidth.
-    assert (H200.fp64, H200.bandwidth) == (59.4e12, 4.8e12)
+    assert (H200.fp64, H200.bandwidth) == (59.6e12, 4.8e12)
     # Other devices: datasheet figures times the H200's efficiencies.
     b200 = cost.profile_for("NVIDIA B200", (10, 0))
-    assert b200.fp64 == pytest.approx(40e12 * 59.4 / 67)
+    assert b200.fp64 == pytest.approx(40e12 * 59.6 / 67)
     assert b200.rates["fp4"] == pytest.approx(9e15 * H200.rates["int8"] / 1979e12)
     assert b200.encode_efficiency == H200.encode_efficiency and b200.overhead == H200.overhead != {}
     assert b200.plan_efficiency == H200.plan_efficiency
@@ -38,16 +38,14 @@ def test_profiles_are_keyed_by_name_and_capability():
 
 @pytest.mark.parametrize("shape", list(cost.H200_RECORD))
 def test_h200_model_against_its_record(shape):
-    # Calibrated on the record: each recorded call's whole time within a fifth, every stage
-    # exact at the two squares the fit goes through, and the verdict the measured one
-    # wherever the emulation and DGEMM differ by more than that.
+    # Calibrated on the record: each recorded call's whole time within a fifth and each stage
+    # within a quarter (the fit weighs every call's relative error alike), and the verdict
+    # the measured one wherever the emulation and DGEMM differ by more than a fifth.
     m, k, n = shape
     moduli, *stages, dgemm = cost.H200_RECORD[shape]
     got = cost.predict(H200, m, k, n, digits="int8", planes=moduli, moduli=moduli)
     assert got.total == pytest.approx(sum(stages), rel=0.2)
-    squares = sorted(s for s in cost.H200_RECORD if len(set(s)) == 1)
-    if shape in (squares[0], squares[-1]):
-        assert [got.plan, got.encode, got.products, got.decode] == pytest.approx(stages, rel=1e-9)
+    assert [got.plan, got.encode, got.products, got.decode] == pytest.approx(stages, rel=0.25)
     verdict = cost.verdict(H200, m, k, n, digits="int8", planes=moduli, moduli=moduli)
     if max(sum(stages), dgemm) > 1.2 * min(sum(stages), dgemm):
         assert verdict.native == (sum(stages) > dgemm)

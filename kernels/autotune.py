@@ -240,6 +240,7 @@ def clear_cache() -> None:
     """Forget every tuned winner (the next request for each key times its class again)."""
     with _lock:
         _winners.clear()
+        _tuned_plane_config.cache_clear()
 
 
 def _positive(name: str, value) -> int:
@@ -269,7 +270,20 @@ def tuned_plane_config(
     at most 2**8, as in the catalog), whose ``residue_dtype`` selects the kernel's residue arithmetic;
     exact_sums: for ``kernels.products.exact_int8_matmul`` (one int8 plane whose entries are at most
     √max_product), timed as it launches, with its sums stored unreduced.  On CPU the
-    launcher's own default: the first of ``CONFIGS[operand]`` that admits max_product."""
+    launcher's own default: the first of ``CONFIGS[operand]`` that admits max_product.
+
+    A repeated request is a dictionary lookup (the admission checks cost a product's host
+    some 0.2 ms, while the device waited for its first launch: benchmarks/RESULTS.md)."""
+    if not isinstance(planes, int):
+        planes = tuple(planes)
+    # Keyed by the winners' table too, so that a request after clear_cache (or with another
+    # table) is decided again.
+    return _tuned_plane_config(operand, m, n, k, planes, max_product, device,
+                               None if moduli is None else tuple(moduli), exact_sums, id(_winners))
+
+
+@functools.lru_cache(maxsize=1024)
+def _tuned_plane_config(operand, m, n, k, planes, max_product, device, moduli, exact_sums, _table):
     if operand not in products.CONFIGS:
         raise ValueError(f"unknown operand {operand!r}; known: {', '.join(products.CONFIGS)}")
     m, n, k = _positive("m", m), _positive("n", n), _positive("k", k)

@@ -1,4 +1,5 @@
-"""Stage 1's reads of a float64 matrix in one pass: per row, the largest |x| and the lowest set bit.
+"""Stage 1's reads of a float64 matrix in one pass: per row, the largest |x| and the lowest set bit;
+and the rows' shifts from the largest |x| and the bits kept.
 
 The scaling (``ozaki.scaling``) needs two numbers per row of A and per column of B: the
 largest magnitude (for the row's top and the rounding carry of ``shifts_of``) and the
@@ -14,10 +15,17 @@ split of K over programs or the order in which their atomics land: every config 
 bits of :func:`reference_row_extents` (and of the torch path, ``ozaki.scaling.row_extents``),
 which the tests check entry for entry.  :class:`Extents` and ``NO_SET_BIT`` live here, below
 both, because the library's scaling reads the same two numbers from either.
+
+:func:`row_shifts_kernel` computes ``ozaki.scaling.shifts_of`` (the shift p − top of each row,
+one less where rounding would carry the row's maximum up to 2^p) in one launch, where torch
+takes some twenty small launches, each paid in host time while the device waits for the
+encode that needs the shifts.  The same float64 operations on the same values give the same
+integers (:func:`reference_row_shifts`, from the definition in Python's floats).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -25,10 +33,11 @@ import triton
 import triton.language as tl
 
 from kernels import ptx
-from kernels.float64 import EXPONENT_BIAS, FRACTION_BITS, MAGNITUDE_MASK, ULP_BIAS
+from kernels.crt import ldexp_factors
+from kernels.float64 import EXPONENT_BIAS, FRACTION_BITS, MAGNITUDE_MASK, SIGNIFICAND_BITS, ULP_BIAS
 
-__all__ = ["EXTENTS_BLOCK", "EXTENTS_WARPS", "MAX_GRID_Y", "NO_SET_BIT", "Extents", "chunked_grid", "compile_ptx",
-           "reference_row_extents", "row_extents_kernel"]
+__all__ = ["EXTENTS_BLOCK", "EXTENTS_WARPS", "MAX_GRID_Y", "NO_SET_BIT", "SHIFTS_BLOCK", "Extents", "chunked_grid",
+           "compile_ptx", "reference_row_extents", "reference_row_shifts", "row_extents_kernel", "row_shifts_kernel"]
 
 # The lowest bit of an all-zero row: the identity of the min over its entries, above every
 # real lowest bit (≤ 1023), and int32's largest value, which is what the kernel stores.
@@ -127,6 +136,74 @@ def row_extents_kernel(x: torch.Tensor, *, block: tuple[int, int] = EXTENTS_BLOC
             BLOCK_K=block[0], BLOCK_R=block[1], num_warps=num_warps,
         )
     return Extents(row_max=largest.view(torch.float64), lowest_bit=lowest.to(torch.int64))
+
+
+# Rows per program of the shifts: one entry per thread of 4 warps.
+SHIFTS_BLOCK = 128
+_FRACTION = tl.constexpr(FRACTION_BITS)
+_FREXP_BIAS = tl.constexpr(EXPONENT_BIAS - 1)
+_EXPONENT_BIAS = tl.constexpr(EXPONENT_BIAS)
+# Rows of fewer bits may carry (a float64 maximum has at most 53 significant bits).
+_CARRY_BITS = tl.constexpr(SIGNIFICAND_BITS)
+# z + 2^52 − 2^52 rounds a float64 z in [0, 2^52) to the nearest integer, ties to even.
+_ROUNDER = tl.constexpr(2.0**FRACTION_BITS)
+# A subnormal times 2^64 is normal, exactly.
+_SUBNORMAL_BITS = tl.constexpr(64)
+_SUBNORMAL_SCALE = tl.constexpr(2.0**64)
+
+
+@triton.jit
+def _shifts_kernel(max_ptr, bits_ptr, shift_ptr, rows, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < rows
+    row_max = tl.load(max_ptr + offs, mask=mask, other=0.0)
+    bits = tl.load(bits_ptr + offs, mask=mask, other=0)
+    # top: frexp's exponent of the maximum, from its field; a subnormal times 2^64 is normal
+    # (exactly), with an exponent 64 higher.
+    subnormal = (row_max.to(tl.int64, bitcast=True) >> _FRACTION) == 0
+    normalized = row_max * tl.where(subnormal, _SUBNORMAL_SCALE, 1.0)
+    top = (normalized.to(tl.int64, bitcast=True) >> _FRACTION) - tl.where(subnormal, _SUBNORMAL_BITS, 0) - _FREXP_BIAS
+    nonzero = row_max > 0
+    shift = tl.where(nonzero, bits - top, 0)
+    # As ozaki.scaling.shifts_of: below 53 bits the scaled maximum lies in [1/2, 2^52), exact
+    # (two power-of-two factors, as ozaki._bits.ldexp), and rounds to 2^p exactly when the
+    # row's rounding carries.  (Fusing the last factor into the rounding add changes nothing:
+    # that product is exact.)
+    narrow = nonzero & (bits < _CARRY_BITS)
+    first, second = ldexp_factors(tl.where(narrow, shift, 0))
+    rounded = (row_max * first * second + _ROUNDER) - _ROUNDER
+    power = ((tl.minimum(bits, _CARRY_BITS - 1) + _EXPONENT_BIAS) << _FRACTION).to(tl.float64, bitcast=True)
+    carry = narrow & (rounded == power)
+    tl.store(shift_ptr + offs, shift - carry.to(tl.int64), mask=mask)
+
+
+def row_shifts_kernel(row_max: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:
+    """``ozaki.scaling.shifts_of`` in one launch: per row, int64 s = p − top (0 for an all-zero
+    row), one less where the row's maximum would round up to 2^p.  ``row_max`` is float64 (a
+    row's largest |x|, finite and non-negative: ``Extents.row_max``), ``bits`` int64 p ≥ 0, one
+    per row, on one device; nothing is read back (the caller keeps p ≥ 0)."""
+    if not isinstance(row_max, torch.Tensor) or row_max.dtype != torch.float64 or row_max.dim() != 1:
+        raise TypeError(f"row_max must be a 1-D float64 tensor, got {getattr(row_max, 'dtype', type(row_max).__name__)}")
+    if (not isinstance(bits, torch.Tensor) or bits.dtype != torch.int64 or bits.shape != row_max.shape
+            or bits.device != row_max.device):
+        raise ValueError(f"bits must be an int64 tensor of shape {tuple(row_max.shape)} on {row_max.device}")
+    shift = torch.empty_like(bits)
+    if shift.numel():
+        _shifts_kernel[(triton.cdiv(shift.numel(), SHIFTS_BLOCK),)](
+            row_max.contiguous(), bits.contiguous(), shift, shift.numel(), BLOCK=SHIFTS_BLOCK, num_warps=4)
+    return shift
+
+
+def reference_row_shifts(row_max: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:
+    """What :func:`row_shifts_kernel` computes, from the definition in Python's floats (exact
+    here): s = p − top with 2^(top − 1) ≤ max < 2^top, less one where p < 53 and
+    round(max · 2^s) (ties to even) is 2^p."""
+    shifts = []
+    for largest, p in zip(row_max.tolist(), bits.tolist()):
+        shift = p - math.frexp(largest)[1] if largest > 0 else 0
+        carry = largest > 0 and p < SIGNIFICAND_BITS and round(math.ldexp(largest, shift)) == 2**p
+        shifts.append(shift - carry)
+    return torch.tensor(shifts, dtype=torch.int64, device=bits.device)
 
 
 def chunked_grid(rows: int, k: int, block: tuple[int, int],

@@ -104,6 +104,7 @@ class _Catalog(Mapping[str, Encoding]):
             (self._documents if doc["format"] == ENCODING_FORMAT else self._plan_documents)[name] = (path, doc)
         self._encodings: dict[str, Encoding] = {}
         self._plans: dict[str, Plan] = {}
+        self._sorted: dict[str, tuple[Plan, ...]] = {}
 
     def __getitem__(self, name: str) -> Encoding:
         if name not in self._encodings:
@@ -127,6 +128,14 @@ class _Catalog(Mapping[str, Encoding]):
             path, doc = self._plan_documents[name]
             self._plans[name] = plan_from_dict(doc, str(path), self)
         return self._plans[name]
+
+    def plans_over(self, digits: str) -> tuple[Plan, ...]:
+        """The plans over ``digits``, cheapest (fewest products) first, ties by name; sorted
+        once (a product's planning asks for them three times)."""
+        if digits not in self._sorted:
+            found = [self.plan(name) for name in self.plan_names(digits)]
+            self._sorted[digits] = tuple(sorted(found, key=lambda p: (p.products, p.name)))
+        return self._sorted[digits]
 
     def plan_names(self, digits: str | None = None) -> list[str]:
         """Every plan's name, or those over ``digits`` (read before verifying: a plan whose
@@ -229,6 +238,4 @@ def residue_encodings(digits: str) -> dict[int, Encoding]:
 def plans_for(digits: str) -> list[Plan]:
     """The plans over ``digits``, cheapest (fewest products) first, ties by name."""
     digit_set(digits)
-    loaded = _load(catalog_dir())
-    found = [loaded.plan(name) for name in loaded.plan_names(digits)]
-    return sorted(found, key=lambda p: (p.products, p.name))
+    return list(_load(catalog_dir()).plans_over(digits))

@@ -239,7 +239,7 @@ class Plan:
     def __post_init__(self, source: str | None) -> None:
         _verify_plan(self, source if source is not None else f"plan {self.name!r}")
 
-    @property
+    @cached_property
     def capacity(self) -> int:
         """The product of the moduli: results are recovered exactly in (-capacity/2, capacity/2)."""
         return math.prod(m for m, _ in self.moduli)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from kernels.float64 import EXPONENT_BIAS, FRACTION_BITS, MAGNITUDE_MASK, MAX_EXPONENT, SIGNIFICAND_BITS, ULP_BIAS
-from kernels.scaling import NO_SET_BIT, Extents
+from kernels.scaling import NO_SET_BIT, Extents, row_shifts_kernel
 
 from ._bits import blocks, ldexp, pow2, round_
 
@@ -166,6 +166,9 @@ def shifts_of(row_max: torch.Tensor, bits: torch.Tensor, fewest: int | None = No
         raise ValueError(f"bits has shape {tuple(bits.shape)}, expected one entry per row {tuple(row_max.shape)}")
     if bits.numel() and (int(bits.min()) if fewest is None else fewest) < 0:
         raise ValueError("bits per row must be non-negative")
+    if row_max.is_cuda:
+        # One launch of the same operations (kernels.scaling), where torch takes some twenty.
+        return row_shifts_kernel(row_max.reshape(-1), bits.reshape(-1)).reshape(bits.shape)
     has_nonzero = row_max > 0
     shift = torch.where(has_nonzero, bits - _top(row_max), 0)
     # Below 53 bits the scaled maximum lies in [2^(p−1), 2^p) ⊂ [½, 2^52): exact, and round_'s range.

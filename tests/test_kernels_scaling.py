@@ -17,7 +17,7 @@ from test_pipeline import _spread, fused_path  # noqa: F401  (fused_path is a fi
 import kernels.scaling
 import ozaki
 import ozaki.catalog
-from kernels.scaling import reference_row_extents, row_extents_kernel
+from kernels.scaling import reference_row_extents, reference_row_shifts, row_extents_kernel, row_shifts_kernel
 from ozaki import pipeline, planning
 from ozaki.residues import crt_capacity
 from ozaki.scaling import NO_SET_BIT, exact_bits_of, fixed_bits_of, row_extents, row_shifts, shifts_of
@@ -186,6 +186,35 @@ def test_bits_and_shifts_from_the_kernel_extents(bits):
     kept = fixed_bits_of(extents, bits)
     assert torch.equal(kept, planning.row_bits(x, bits))
     assert torch.equal(shifts_of(extents.row_max, kept), row_shifts(x, kept))
+
+
+# Maxima at the edges of the shift and the carry: zeros, subnormals (the smallest, one that
+# carries at p = 0, the largest), a maximum one ulp under a power of two (carries below 53
+# bits), 2^53 − 1, powers of two and the largest float64.
+_MAXIMA = [0.0, TINY, 3 * TINY, 2.0**-1060 * (1 - 2.0**-10), 2.0**-1022 - TINY, 2.0**-1022, 1 - 2.0**-53,
+           1 - 2.0**-9, 0.75, 0.5, 1.0, 3.0, 2.0**53 - 1, 2.0**1000 * 1.5, 1.7976931348623157e308]
+
+
+@pytest.mark.parametrize("bits", [0, 1, 3, 8, 52, 53, 60, 2200, 1 << 20])
+def test_shifts_kernel_equals_the_torch_shifts(bits):
+    row_max = torch.tensor(_MAXIMA, dtype=torch.float64)
+    kept = torch.full(row_max.shape, bits, dtype=torch.int64)
+    # Mixed widths too: each row's own p.
+    mixed = torch.arange(len(_MAXIMA), dtype=torch.int64) * 4 % 57
+    for widths in (kept, mixed):
+        want = shifts_of(row_max, widths)  # the torch path, on the CPU
+        assert torch.equal(want, reference_row_shifts(row_max, widths))
+        got = row_shifts_kernel(row_max.to(DEVICE), widths.to(DEVICE))
+        assert got.dtype == torch.int64 and torch.equal(got.cpu(), want)
+
+
+def test_shifts_kernel_refuses_bad_calls():
+    row_max = torch.ones(3, dtype=torch.float64, device=DEVICE)
+    with pytest.raises(TypeError, match="1-D float64"):
+        row_shifts_kernel(row_max.float(), torch.zeros(3, dtype=torch.int64, device=DEVICE))
+    with pytest.raises(ValueError, match="int64 tensor of shape"):
+        row_shifts_kernel(row_max, torch.zeros(2, dtype=torch.int64, device=DEVICE))
+    assert row_shifts_kernel(row_max[:0], torch.zeros(0, dtype=torch.int64, device=DEVICE)).shape == (0,)
 
 
 # The fused pipeline -----------------------------------------------------------------------

@@ -34,14 +34,16 @@ all-gather (W − 1)/W of W shards), as :func:`traffic` counts them.  Integers t
 narrowest type gloo and NCCL sum in (uint8, int32, int64: 1, 4, 8 bytes; neither sums int16)
 that holds the largest value the whole sum can reach, written w(bound):
 
-* rows: 80 bytes: two all-reduces of the plan's integers (6 maxima: p, q, the widest rows and
-  columns, NaN or ±inf in A, in B; 4 minima: the guards, the fewest bits), int64.  ``"fp64"``
+* rows: 96 bytes: two all-reduces of the plan's integers (8 maxima: p, q, the widest rows and
+  columns, the largest row maximum of A and of B and the least ones negated, as IEEE patterns:
+  the rows' highest and lowest tops, and NaN or ±inf; 4 minima: the guards, the fewest bits),
+  int64.  ``"fp64"``
   adds 8N (each column's minimum over every row of A of its level quotient, float64) and 32
   (the four maxima of the magnitude bound's code sums, with the other maxima).  The product
   itself moves nothing.
 * columns: the same with M for N.
 * K: 16(M + N) (one all-reduce of every row's and column's extents: maximum magnitude and
-  lowest set bit, int64) and the plan's 80.  ``"fp64"`` adds 32 and its sums over K:
+  lowest set bit, int64) and the plan's 96.  ``"fp64"`` adds 32 and its sums over K:
   (M + N)·(w(K·2^S) + w(2^16·K) + w(2^32·K)) (upper sums, S = min(30, 52 − bit length of K),
   and the upper codes' sums and sums of squares) and M·N·w(127²K) (the int8 code product of
   its lower bound of |A||B|: 4·M·N while 127²K < 2^31).  Then the residues: P·M·N·w(W·(max m − 1)) for an

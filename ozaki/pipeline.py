@@ -70,7 +70,7 @@ def _product(plan: ProductPlan, a: torch.Tensor, bt: torch.Tensor, extents_a: Ex
             # 1. Scale: A' = round(diag(2^s) A), B' = round(B diag(2^t)), |A'| ≤ 2^p − 1, |B'| ≤ 2^q − 1.
             shift_a = shifts_of(extents_a.row_max, bits_a, plan.bits_a[0])
             shift_b = shifts_of(extents_b.row_max, bits_b, plan.bits_b[0])
-        return _fused_by_row_blocks(a, bt, shift_a, shift_b, moduli)
+        return _fused_by_row_blocks(a, bt, shift_a, shift_b, moduli, plan.shift_span)
 
     with stage("encode", device):
         # 1. Scale: A' = round(diag(2^s) A), B' = round(B diag(2^t)), |A'| ≤ 2^p − 1, |B'| ≤ 2^q − 1.
@@ -133,10 +133,11 @@ def _banded(a: torch.Tensor, bt: torch.Tensor, bits_a: torch.Tensor, bits_b: tor
 
 
 def _fused_by_row_blocks(a: torch.Tensor, bt: torch.Tensor, shift_a: torch.Tensor, shift_b: torch.Tensor,
-                         plan: Moduli) -> torch.Tensor:
+                         plan: Moduli, span: tuple[int, int]) -> torch.Tensor:
     """Stages 2–5 with Triton, streamed over blocks of ``cost.stream_rows`` rows of A so that
     the workspace stays within ``cost.WORKSPACE_BUDGET`` wherever it can: B's planes are encoded once;
     each block is encoded, multiplied against all of B's planes and decoded into its rows of C.
+    ``span`` holds every shift (the plan's ``shift_span``).
 
     The bits are those of one block of all rows.  Entry (i, j) is a function of s_i, t_j, row
     i of A and column j of B alone: the shifts (like p, q and the plan) come from all of A and
@@ -152,7 +153,7 @@ def _fused_by_row_blocks(a: torch.Tensor, bt: torch.Tensor, shift_a: torch.Tenso
     col_exponent = -shift_b
     with stage("encode", device):
         # 2. Residues: B'_i = B' mod m_i as each modulus' digit planes, once (Bᵀ read in place).
-        encode = _encoder(shift_a, shift_b, encodings)
+        encode = _encoder(encodings, span)
         planes_b = encode(bt, shift_b, "b")
     c = torch.empty((m, n), dtype=torch.float64, device=device)
     flag = crt_kernels.new_flag(device)
@@ -188,18 +189,17 @@ def fused_residues(a: torch.Tensor, bt: torch.Tensor, shift_a: torch.Tensor, shi
     config = _plane_config(plan.encodings, m, n, k, a.device)
     with stage("encode", a.device):
         # 2. Residues: A'_i = A' mod m_i, B'_i = B' mod m_i as digit planes, straight from float64.
-        encode = _encoder(shift_a, shift_b, plan.encodings)
+        encode = _encoder(plan.encodings, residue_kernels.shift_range(shift_a, shift_b))
         planes_a, planes_b = encode(a, shift_a, "a"), encode(bt, shift_b, "b")
     with stage("products", a.device):
         # 3. Products: C'_i = A'_i · B'_i mod m_i, each exact, all moduli in one launch.
         return encoded_modular_matmul(planes_a, planes_b, plan.encodings, config=config)
 
 
-def _encoder(shift_a: torch.Tensor, shift_b: torch.Tensor, encodings: tuple[Encoding, ...]):
-    """``encode_planes`` for the operands of one product, reading the device once for all its
-    calls (both shifts' range) and never after a launch: the plan's operands are finite
-    (ozaki.planning zeroes NaN and ±inf, which the frontend overlays after)."""
-    span = residue_kernels.shift_range(shift_a, shift_b)
+def _encoder(encodings: tuple[Encoding, ...], span: tuple[int, int]):
+    """``encode_planes`` for the operands of one product whose shifts lie in ``span``, never
+    reading the device: the plan's operands are finite (ozaki.planning zeroes NaN and ±inf,
+    which the frontend overlays after)."""
     return lambda x, shift, side: residue_kernels.encode_planes(x, shift, encodings, side, span=span,
                                                                 known_finite=True)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import struct
 from dataclasses import dataclass, field
 from typing import Callable, Union
 
@@ -38,6 +39,8 @@ _FILL_ENGINE = "int8"
 ENGINES = ("auto", "reference", *PLAN_ENGINES)
 # Above every bit count and guard: a minimum over no line (a device may hold none of a side).
 _NO_LINE = 1 << 62
+# The IEEE pattern of +inf: finite non-negative float64s' patterns lie below it, NaN's above.
+_INF_PATTERN = 0x7FF0000000000000
 
 # The elementwise error bound each accuracy documents (README, ozaki.matmul), u = 2^-53.
 _CORRECTLY_ROUNDED = "correctly rounded: |C^ - C| <= u|C| + 2^-1075 (u = 2^-53)"
@@ -101,6 +104,8 @@ class ProductPlan:
     operands: tuple[torch.Tensor, torch.Tensor] = field(default=(), repr=False, compare=False)
     nonfinite: bool = field(default=False, repr=False, compare=False)
     rows: tuple = field(default=(), repr=False, compare=False)
+    # A range holding every row's shift (ozaki.scaling.shifts_of) on the emulated path.
+    shift_span: tuple[int, int] | None = field(default=None, repr=False, compare=False)
 
     @property
     def products(self) -> int:
@@ -259,12 +264,12 @@ def plan_product(a: torch.Tensor, b: torch.Tensor, accuracy: Accuracy = "fp64", 
     # then read again from zeroed operands (the rare path pays the passes twice, so that the
     # common one reads the device once here).
     fa, fb = a, b
-    sides, local, (p, q, widest_a, widest_b, nonfinite_a, nonfinite_b, *most) = _read_rows(
+    sides, local, (p, q, widest_a, widest_b, *tops, nonfinite_a, nonfinite_b), most = _read_rows(
         fa, fb, batch, accuracy, agreement)
     nonfinite = bool(nonfinite_a or nonfinite_b)
     if nonfinite:
-        fa, fb = _zeroed(a, local[4]), _zeroed(b, local[5])
-        sides, _, (p, q, widest_a, widest_b, _, _, *most) = _read_rows(fa, fb, batch, accuracy, agreement)
+        fa, fb = _zeroed(a, local[-2]), _zeroed(b, local[-1])
+        sides, _, (p, q, widest_a, widest_b, *tops, _, _), most = _read_rows(fa, fb, batch, accuracy, agreement)
 
     # |A'B'| ≤ K·(2^p − 1)(2^q − 1); the CRT recovers it exactly, sign included, when
     # ∏m > 2·K·(2^p − 1)(2^q − 1): the capacity a plan advertises for k_max and input_bits.
@@ -297,6 +302,11 @@ def plan_product(a: torch.Tensor, b: torch.Tensor, accuracy: Accuracy = "fp64", 
         [side_b.guards for _, side_b in sides if side_b.guards is not None],
         [side_a.bits for side_a, _ in sides], [side_b.bits for _, side_b in sides],
     ], _NO_LINE))
+    # Every row's shift s = bits − top (less one where rounding carries; 0 for a zero row)
+    # lies in this range, which the encode checks and sizes its tables by without a read.
+    highest_top_a, highest_top_b, lowest_top_a, lowest_top_b = tops
+    span = (min(0, fewest_a - highest_top_a - 1, fewest_b - highest_top_b - 1),
+            max(0, p - lowest_top_a, q - lowest_top_b))
     guard = None
     if native:
         bound = _NATIVE_BOUND
@@ -310,28 +320,51 @@ def plan_product(a: torch.Tensor, b: torch.Tensor, accuracy: Accuracy = "fp64", 
         error_bound=bound, moduli=moduli, bits_a=(fewest_a, p), bits_b=(fewest_b, q), bands=split, predicted=verdict,
         guard=guard, operands=(a, b) if native else (fa, fb), nonfinite=nonfinite and not native,
         rows=tuple((side_a.extents, side_b.extents, side_a.bits, side_b.bits) for side_a, side_b in sides),
+        shift_span=span,
     ))
 
 
 def _read_rows(a: torch.Tensor, b: torch.Tensor, batch: int, accuracy: Accuracy,
-               agreement: Agreement) -> tuple[list, list[int], list[int]]:
+               agreement: Agreement) -> tuple[list, list[int], list[int], list[int]]:
     """Stage 1's reading of every product of the batch, and in one read of the device every
-    maximum the plan needs: the bits and lossless widths of each side, whether each operand
-    holds NaN or ±inf and, under "fp64", the code sums of the magnitude bound; both this
-    device's and, through ``agreement``, the whole product's.  (Over non-finite operands the
-    rest is meaningless: the caller reads them again, zeroed.)"""
+    extreme the plan needs: the largest bits and lossless widths of each side, the highest
+    and lowest top of each side's rows (lowest as the largest −top), whether each operand
+    holds NaN or ±inf (last) and, under "fp64", the code sums of the magnitude bound
+    (returned apart); both this device's and, through ``agreement``, the whole product's.
+    (Over non-finite operands the rest is meaningless: the caller reads them again, zeroed.)"""
     (m, k), n = a.shape[-2:], b.shape[-1]
     flat_a, flat_bt = a.reshape(batch, m, k), b.reshape(batch, k, n).transpose(-1, -2)
     read = [_sides(flat_a[index], flat_bt[index], accuracy, agreement) for index in range(batch)]
     sides = [(side_a, side_b) for side_a, side_b, _ in read]
     code_sums = [list(column) for column in zip(*(sums for _, _, sums in read if sums is not None))]
-    # NaN propagates into its row's largest magnitude and ±inf is one: an operand is finite
-    # exactly where every row's is, so no pass over the operands checks it.
-    nonfinite = [[(~side.extents.row_max.isfinite()).to(torch.int64) for side in column] for column in zip(*sides)]
+    # The rows' largest magnitudes as IEEE patterns (non-negative patterns order as their
+    # values; NaN's lie above inf's): the largest gives the highest top and shows NaN or ±inf,
+    # so no pass over the operands checks them; the largest negated one the lowest top.
+    patterns = [[side.extents.row_max.view(torch.int64) for side in column] for column in zip(*sides)]
     local = extremes("max", [[side_a.bits for side_a, _ in sides], [side_b.bits for _, side_b in sides],
                              [side_a.lossless for side_a, _ in sides], [side_b.lossless for _, side_b in sides],
-                             *nonfinite, *code_sums], 0)
-    return sides, local, agreement.agree("max", local)
+                             *patterns, *([-pattern for pattern in side] for side in patterns), *code_sums], 0)
+    agreed = agreement.agree("max", local)
+    read = len(local) - len(code_sums)
+    return sides, _with_tops(local[:read]), _with_tops(agreed[:read]), agreed[read:]
+
+
+def _with_tops(read: list[int]) -> list[int]:
+    """_read_rows' extremes with the patterns of the largest and least row maxima turned into
+    the highest and lowest tops of each side's rows (frexp's exponent; 0 for a zero row) and
+    the last two entries whether A and B hold NaN or ±inf."""
+    widths, (largest_a, largest_b, least_a, least_b) = read[:4], read[4:]
+    nonfinite = [int(pattern >= _INF_PATTERN) for pattern in (largest_a, largest_b)]
+    tops = [_top_of(largest_a), _top_of(largest_b), _top_of(-least_a), _top_of(-least_b)]
+    return [*widths, *tops, *nonfinite]
+
+
+def _top_of(pattern: int) -> int:
+    # The top of a finite non-negative float64 given by its pattern; a non-finite one's is
+    # never used (the operands are read again, zeroed).
+    if pattern >= _INF_PATTERN:
+        return 0
+    return math.frexp(struct.unpack("<d", struct.pack("<q", pattern))[0])[1]
 
 
 @dataclass(frozen=True)

@@ -201,7 +201,7 @@ def _documented_bytes(world: int, key: tuple) -> int:
     # The plan's reading (its maxima, and what "fp64" and a split K add), twice where an input
     # holds NaN or ±inf (read again once zeroed), and its minima.
     nonfinite = not (a.isfinite().all() and b.isfinite().all())
-    reading = 48 + (32 if fp64 else 0)
+    reading = 64 + (32 if fp64 else 0)
     if split == "rows":
         reading += 8 * n if fp64 else 0
     elif split == "columns":

@@ -251,9 +251,9 @@ def test_fused_path_keeps_the_torch_stage_one(fused_path, monkeypatch, digits, a
     choose = planning.moduli_for
     monkeypatch.setattr(planning, "moduli_for", lambda *args: asked.append(args[2]) or choose(*args))
 
-    def recorded(a_, bt, shift_a, shift_b, plan):
-        asked.append((shift_a, shift_b))
-        return fused(a_, bt, shift_a, shift_b, plan)
+    def recorded(a_, bt, shift_a, shift_b, plan, span):
+        asked.append((shift_a, shift_b, span))
+        return fused(a_, bt, shift_a, shift_b, plan, span)
 
     monkeypatch.setattr(pipeline, "_fused_by_row_blocks", recorded)
     read = []
@@ -265,6 +265,9 @@ def test_fused_path_keeps_the_torch_stage_one(fused_path, monkeypatch, digits, a
     ta, tbt = torch.from_numpy(a), torch.from_numpy(b).T
     bits_a, bits_b = planning.row_bits(ta, accuracy), planning.row_bits(tbt, accuracy)
     assert asked[0] == crt_capacity(k, int(bits_a.max()), int(bits_b.max()))
-    shift_a, shift_b = (shift.cpu() for shift in asked[1])
+    shift_a, shift_b = (shift.cpu() for shift in asked[1][:2])
     assert torch.equal(shift_a, row_shifts(ta, bits_a)) and torch.equal(shift_b, row_shifts(tbt, bits_b))
+    # The plan's span, read with its maxima, holds every shift.
+    lowest, highest = asked[1][2]
+    assert lowest <= min(shift_a.min(), shift_b.min()) and max(shift_a.max(), shift_b.max()) <= highest
     assert np.array_equal(got.view(np.uint64), reference.view(np.uint64))

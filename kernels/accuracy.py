@@ -20,7 +20,7 @@ whatever the tile shape or the split of K: the sums are integer sums (atomics in
 give the same int64),
 each code is one entry's function, and each quotient is the same float64 operations in the
 same order as ``ozaki.accuracy`` (a power-of-two scaling by two exact factors, as
-``ozaki._bits.ldexp``, then one correctly rounded division), whose minimum over lines does
+``ozaki._bits.ldexp``, then a product by the line's correctly rounded 1/U), whose minimum over lines does
 not depend on their order.  :func:`reference_upper_reading`, :func:`reference_lower_codes`
 and :func:`reference_least_quotients` compute the same from the definitions in Python's
 integers and floats, which the tests check against both layers.
@@ -244,12 +244,13 @@ def lower_codes_kernel(x: torch.Tensor, window_top: torch.Tensor, padded: tuple[
 
 @triton.jit
 def _line_quotient_factors(sums_ptr, offset_ptr, offs, mask):
-    # Per line of one side: the two factors of 2^offset, the divisor U (1 where U = 0, whose
-    # quotients are replaced) and whether U > 0.  A line past the matrix counts as U = 0.
+    # Per line of one side: the two factors of 2^offset, the reciprocal 1/U correctly rounded
+    # (1 where U = 0, whose quotients are replaced: one division per line, not per entry) and
+    # whether U > 0.  A line past the matrix counts as U = 0.
     sums = tl.load(sums_ptr + offs, mask=mask, other=0)
     first, second = ldexp_factors(tl.load(offset_ptr + offs, mask=mask, other=0))
     counted = sums > 0
-    return first, second, tl.where(counted, sums, 1).to(tl.float64), counted
+    return first, second, 1.0 / tl.where(counted, sums, 1).to(tl.float64), counted
 
 
 @triton.jit
@@ -265,12 +266,12 @@ def _quotients_kernel(
     # G's integers are below 2^53 (K·127² with K ≤ 2^22), so exact as float64.
     g = tl.load(g_ptr + offs_m[:, None].to(tl.int64) * stride_gm + offs_n[None, :].to(tl.int64) * stride_gn,
                 mask=mask_m[:, None] & mask_n[None, :], other=0).to(tl.float64)
-    # ozaki.accuracy._least_quotients: ldexp(G, offset) / U, inf where U = 0, per line of the other side.
-    first, second, divisor, counted = _line_quotient_factors(sums_b_ptr, offset_b_ptr, offs_n, mask_n)
-    quotient = tl.where(counted[None, :], g * first[None, :] * second[None, :] / divisor[None, :], float("inf"))
+    # ozaki.accuracy._least_quotients: ldexp(G, offset)·fl(1/U), inf where U = 0, per line of the other side.
+    first, second, reciprocal, counted = _line_quotient_factors(sums_b_ptr, offset_b_ptr, offs_n, mask_n)
+    quotient = tl.where(counted[None, :], g * first[None, :] * second[None, :] * reciprocal[None, :], float("inf"))
     tl.store(least_a_ptr + pid_n.to(tl.int64) * M + offs_m, tl.min(quotient, axis=1), mask=mask_m)
-    first, second, divisor, counted = _line_quotient_factors(sums_a_ptr, offset_a_ptr, offs_m, mask_m)
-    quotient = tl.where(counted[:, None], g * first[:, None] * second[:, None] / divisor[:, None], float("inf"))
+    first, second, reciprocal, counted = _line_quotient_factors(sums_a_ptr, offset_a_ptr, offs_m, mask_m)
+    quotient = tl.where(counted[:, None], g * first[:, None] * second[:, None] * reciprocal[:, None], float("inf"))
     tl.store(least_b_ptr + pid_m.to(tl.int64) * N + offs_n, tl.min(quotient, axis=0), mask=mask_n)
 
 
@@ -279,8 +280,8 @@ def least_quotients_kernel(g: torch.Tensor, sums_a: torch.Tensor, offset_a: torc
                            num_warps: int = QUOTIENTS_WARPS) -> tuple[torch.Tensor, torch.Tensor]:
     """From G ``[M, N]`` (int32 or int64 integers below 2^53, any strides) and per line of
     each side its U (int64) and offset (int64, small: the scaling 2^offset of G is exact):
-    per row i of A the minimum over columns j with U^B_j > 0 of G_ij·2^offset_b_j / U^B_j and
-    per column j the minimum over rows i with U^A_i > 0 of G_ij·2^offset_a_i / U^A_i, float64,
+    per row i of A the minimum over columns j with U^B_j > 0 of G_ij·2^offset_b_j·fl(1/U^B_j) and
+    per column j the minimum over rows i with U^A_i > 0 of G_ij·2^offset_a_i·fl(1/U^A_i), float64,
     inf where no line counts; in one pass over G.  ``block`` and ``num_warps`` change the
     speed, never the result."""
     if not isinstance(g, torch.Tensor) or g.dtype not in (torch.int32, torch.int64) or g.dim() != 2:
@@ -348,12 +349,12 @@ def reference_lower_codes(x: torch.Tensor, window_top: torch.Tensor, padded: tup
 def reference_least_quotients(g: torch.Tensor, sums_a: torch.Tensor, offset_a: torch.Tensor, sums_b: torch.Tensor,
                               offset_b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """What :func:`least_quotients_kernel` computes, entry by entry: G_ij·2^offset (math.ldexp,
-    exact here) divided by U in one correctly rounded float division, minimised per line."""
+    exact here) times the correctly rounded 1/U, minimised per line."""
     rows = g.cpu().tolist()
     u_a, o_a, u_b, o_b = (line.cpu().tolist() for line in (sums_a, offset_a, sums_b, offset_b))
-    least_a = [min((math.ldexp(row[j], o_b[j]) / u_b[j] for j in range(len(u_b)) if u_b[j] > 0), default=math.inf)
-               for row in rows]
-    least_b = [min((math.ldexp(rows[i][j], o_a[i]) / u_a[i] for i in range(len(u_a)) if u_a[i] > 0),
+    least_a = [min((math.ldexp(row[j], o_b[j]) * (1.0 / u_b[j]) for j in range(len(u_b)) if u_b[j] > 0),
+                   default=math.inf) for row in rows]
+    least_b = [min((math.ldexp(rows[i][j], o_a[i]) * (1.0 / u_a[i]) for i in range(len(u_a)) if u_a[i] > 0),
                    default=math.inf) for j in range(len(u_b))]
     return (torch.tensor(least_a, dtype=torch.float64, device=g.device),
             torch.tensor(least_b, dtype=torch.float64, device=g.device))

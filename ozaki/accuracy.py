@@ -28,8 +28,9 @@ are computed *exactly* in integers, so the bits are the same on every device:
   |x| ≥ 2^(r − D)·c for the int8 code c = min(⌊|x|·2^(D − r)⌋, 127), so one int8 GEMM of
   codes G = c_A·c_B gives L_ij ≥ 2^(r_i + r_j − 2D)·G_ij.
 
-With h = ⌊log2 √K⌋ and 2^e_i ≤ min_j G_ij·2^(r_j − top_j)/U^B_j (frexp of a correctly rounded
-quotient, made a lower bound by one rounding's margin), p_i = g + 53 + 2D − W − h + top_i − r_i
+With h = ⌊log2 √K⌋ and 2^e_i ≤ min_j G_ij·2^(r_j − top_j)/U^B_j (frexp of the quotient as
+G·2^(r_j − top_j) times the correctly rounded 1/U^B_j, made a lower bound by a margin for its two
+roundings), p_i = g + 53 + 2D − W − h + top_i − r_i
 − e_i meets the first condition (one more below 53 bits, for the carry); a row with no such
 lower bound (G_ij = 0 for some column j that has non-zero entries) keeps its lossless width.
 A row kept at its lossless width contributes no error.
@@ -93,7 +94,8 @@ _SUM_LEVELS = 30
 UNBOUNDED = 1 << 20
 # The d of a zero entry: past every code and every sum.
 _ZERO = 1 << 20
-# frexp of fl(G/U) could round up past a power of two: this margin keeps 2^e ≤ G/U.
+# The quotient G·fl(1/U) is at most (1 + 2^-53)² times G/U (two roundings, where the product
+# is normal) and its frexp could round up past a power of two: this margin keeps 2^e ≤ G/U.
 _QUOTIENT_MARGIN = 1.0 - 2.0**-50
 
 
@@ -185,9 +187,11 @@ def _int8_sums(a: torch.Tensor, bt: torch.Tensor, kernels: bool) -> torch.Tensor
 def _least_quotients(g: torch.Tensor, sums: torch.Tensor, offset: torch.Tensor, dim: int) -> torch.Tensor:
     """Per line along the other axis of G, the minimum over the other side's lines (axis
     ``dim``) that have U > 0 of G·2^offset/U: inf where there is none (also where this device
-    holds none of them, the identity of the minimum its agreement takes over the rest)."""
+    holds none of them, the identity of the minimum its agreement takes over the rest).  Each
+    quotient is ldexp(G, offset) times the line's correctly rounded 1/U: a multiplication per
+    entry where a division cost the kernel several times that (kernels.accuracy)."""
     shape = (1, -1) if dim == 1 else (-1, 1)
-    quotient = ldexp(g.to(torch.float64), offset.view(shape)) / sums.view(shape).to(torch.float64)
+    quotient = ldexp(g.to(torch.float64), offset.view(shape)) * (1.0 / sums.view(shape).to(torch.float64))
     quotient = torch.where(sums.view(shape) > 0, quotient, torch.inf)
     if quotient.shape[dim] == 0:
         return quotient.new_full((quotient.shape[1 - dim],), torch.inf)
@@ -198,7 +202,7 @@ def _levels(base: torch.Tensor, least: torch.Tensor) -> torch.Tensor:
     """p = base − e per line, with 2^e ≤ ``least`` (:func:`_least_quotients`, over the whole
     product); UNBOUNDED where that minimum is 0 (no lower bound of |A||B| reaches some output),
     0 where it is inf (the line meets only zeros, so makes no error).  Every step is exact or
-    one correctly rounded division, so the result is the same on every device."""
+    correctly rounded, so the result is the same on every device."""
     least = least * _QUOTIENT_MARGIN
     level = _with_carry(base - (torch.frexp(least)[1].to(torch.int64) - 1))
     return torch.where(least == 0, UNBOUNDED, torch.where(least.isinf(), 0, level))

@@ -222,8 +222,9 @@ def test_accuracy_passes_read_in_vectors_and_round_as_torch_without_spills(tmp_p
     # columns) and the lower pass's int8 codes leave in vector stores, a thread's 8 bytes of
     # a row at once (the upper pass stores nothing but its sums' atomics).  The codes are products by powers of two rounded by
     # magic-number adds (kernels.accuracy._nearest_integer), with no conversion instruction that
-    # rounds; the quotients' one division is the correctly rounded one, with no multiply-add
-    # around it (a fused one would round differently from torch).
+    # rounds; the quotients' reciprocals (one division per line, not per entry) are correctly
+    # rounded, and no multiply-add touches the quotients (a fused one would round differently
+    # from torch).
     variants = [(kernel, operand, aligned) for kernel in ("upper", "lower") for operand in "ab"
                 for aligned in (True, False)] + [("quotients", "a", aligned) for aligned in (True, False)]
     result = _compiled(_ACCURACY_SCRIPT, json.dumps(variants), tmp_path)
@@ -233,6 +234,10 @@ def test_accuracy_passes_read_in_vectors_and_round_as_torch_without_spills(tmp_p
         assert ".local" not in text, name
         if kernel == "quotients":
             assert ".entry _quotients_kernel" in text and "div.rn.f64" in text, name
+            block_m, block_n = accuracy.QUOTIENTS_BLOCK
+            entries = block_m * block_n // (32 * accuracy.QUOTIENTS_WARPS)
+            # Fewer divisions than one per entry and side (a thread's lines may repeat in the layout).
+            assert len(re.findall(r"\bdiv\.rn\.f64\b", text)) < 2 * entries, name
             assert not re.search(r"\b(?:div\.(?:approx|full)|rcp\.approx)\S*\.f64", text), name
             assert not re.search(r"\b(?:fma|mad|add|sub)\.\w+\.f64\b", text), name
             assert ("ld.global.v4.b32" in text) == aligned, name

@@ -185,16 +185,18 @@ def test_levels_are_exact_integers_independent_of_row_order():
 @pytest.mark.parametrize(("m", "k", "n"), [(1, 1, 2), (3, 1, 4), (2, 3, 5), (17, 9, 1), (5, 40, 33)])
 def test_code_products_are_exact(m, k, n, kernels):
     # The int8 code GEMM against int64 products, on the shapes where some torch releases'
-    # kernels go wrong (K = 1 on the CPU in torch 2.11), by torch._int_mm and by the plane GEMM.
+    # kernels go wrong (K = 1 on the CPU in torch 2.11), by torch._int_mm and by the plane GEMM
+    # (on the GPU where there is one: Triton runs CPU tensors only under its interpreter).
     gen = torch.Generator().manual_seed(m * k * n)
     a = torch.randint(0, 128, (m, k), dtype=torch.int8, generator=gen)
     bt = torch.randint(0, 128, (n, k), dtype=torch.int8, generator=gen)
-    pad_m, pad_k, pad_n = accuracy._gemm_shape(m, k, n, a.device)
-    padded_a, padded_bt = accuracy._padded(a, pad_m, pad_k), accuracy._padded(bt, pad_n, pad_k)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    pad_m, pad_k, pad_n = accuracy._gemm_shape(m, k, n, device)
+    padded_a, padded_bt = (accuracy._padded(x, rows, pad_k).to(device) for x, rows in ((a, pad_m), (bt, pad_n)))
     # One int32 GEMM up to the chunk's K, int64 sums of chunks past it (as the whole K of a mesh decides).
     for whole_k, dtype in ((k, torch.int32), (accuracy._INT_MM_CHUNK + 1, torch.int64)):
         g = accuracy._code_product(padded_a, padded_bt, m, n, whole_k, kernels)
-        assert g.dtype == dtype and torch.equal(g.long(), a.long() @ bt.long().T)
+        assert g.dtype == dtype and torch.equal(g.cpu().long(), a.long() @ bt.long().T)
 
 
 def test_rows_that_meet_only_zeros_need_no_bits():

@@ -15,6 +15,7 @@ of the device's copy rate (``clone`` of A, timed the same way).  The table print
 import sys
 
 import torch
+from phi_data import phi_matrix
 from triton.testing import do_bench
 
 from kernels.crt import decode_residues
@@ -35,11 +36,7 @@ def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 16384
     generator = torch.Generator(device="cuda").manual_seed(1)
 
-    def phi(shape):
-        return (torch.rand(shape, generator=generator, device="cuda", dtype=torch.float64) - 0.5) * torch.exp(
-            0.5 * torch.randn(shape, generator=generator, device="cuda", dtype=torch.float64))
-
-    a, b = phi((n, n)), phi((n, n))
+    a, b = phi_matrix((n, n), generator), phi_matrix((n, n), generator)
     plan = planning.plan_product(a, b, "fp64", "int8")
     extents_a, extents_b, bits_a, bits_b = plan.rows[0]
     shift_a, shift_b = shifts_of(extents_a.row_max, bits_a), shifts_of(extents_b.row_max, bits_b)

@@ -25,6 +25,7 @@ import traceback
 import warnings
 
 import torch
+from phi_data import phi_matrix
 from torch.profiler import ProfilerActivity, profile
 
 import ozaki
@@ -37,11 +38,7 @@ def main() -> None:
     engine = sys.argv[2] if len(sys.argv) > 2 else "int8"
     generator = torch.Generator(device="cuda").manual_seed(1)
 
-    def phi(shape):
-        return (torch.rand(shape, generator=generator, device="cuda", dtype=torch.float64) - 0.5) * torch.exp(
-            0.5 * torch.randn(shape, generator=generator, device="cuda", dtype=torch.float64))
-
-    a, b = phi((n, n)), phi((n, n))
+    a, b = phi_matrix((n, n), generator), phi_matrix((n, n), generator)
     for _ in range(2):
         ozaki.matmul(a, b, engine=engine)
     torch.cuda.synchronize()

@@ -16,6 +16,7 @@ import sys
 
 import torch
 import triton
+from phi_data import phi_matrix
 
 from kernels import accuracy, scaling
 
@@ -26,8 +27,7 @@ TILES = (((32, 64), 4), ((16, 64), 4), ((32, 32), 4), ((64, 32), 4), ((16, 128),
 def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 16384
     generator = torch.Generator(device="cuda").manual_seed(1)
-    a = (torch.rand((n, n), generator=generator, device="cuda", dtype=torch.float64) - 0.5) * torch.exp(
-        0.5 * torch.randn((n, n), generator=generator, device="cuda", dtype=torch.float64))
+    a = phi_matrix((n, n), generator)
 
     def bench(fn) -> float:
         return triton.testing.do_bench(fn, warmup=5, rep=40)

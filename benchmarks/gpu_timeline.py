@@ -19,6 +19,7 @@ import sys
 import time
 
 import torch
+from phi_data import phi_matrix
 
 import ozaki
 from kernels import accuracy as accuracy_kernels
@@ -37,11 +38,7 @@ def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 8192
     generator = torch.Generator(device="cuda").manual_seed(1)
 
-    def phi(shape):
-        return (torch.rand(shape, generator=generator, device="cuda", dtype=torch.float64) - 0.5) * torch.exp(
-            0.5 * torch.randn(shape, generator=generator, device="cuda", dtype=torch.float64))
-
-    a, b = phi((n, n)), phi((n, n))
+    a, b = phi_matrix((n, n), generator), phi_matrix((n, n), generator)
     marks = []
 
     def mark(label: str) -> None:

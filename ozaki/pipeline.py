@@ -133,11 +133,11 @@ def _banded(a: torch.Tensor, bt: torch.Tensor, bits_a: torch.Tensor, bits_b: tor
 
 
 def _fused_by_row_blocks(a: torch.Tensor, bt: torch.Tensor, shift_a: torch.Tensor, shift_b: torch.Tensor,
-                         plan: Moduli, span: tuple[int, int]) -> torch.Tensor:
+                         plan: Moduli, span: tuple[int, int] | None) -> torch.Tensor:
     """Stages 2–5 with Triton, streamed over blocks of ``cost.stream_rows`` rows of A so that
     the workspace stays within ``cost.WORKSPACE_BUDGET`` wherever it can: B's planes are encoded once;
     each block is encoded, multiplied against all of B's planes and decoded into its rows of C.
-    ``span`` holds every shift (the plan's ``shift_span``).
+    ``span`` holds every shift (the plan's ``shift_span``; None: their range is read from the device).
 
     The bits are those of one block of all rows.  Entry (i, j) is a function of s_i, t_j, row
     i of A and column j of B alone: the shifts (like p, q and the plan) come from all of A and
@@ -196,10 +196,10 @@ def fused_residues(a: torch.Tensor, bt: torch.Tensor, shift_a: torch.Tensor, shi
         return encoded_modular_matmul(planes_a, planes_b, plan.encodings, config=config)
 
 
-def _encoder(encodings: tuple[Encoding, ...], span: tuple[int, int]):
-    """``encode_planes`` for the operands of one product whose shifts lie in ``span``, never
-    reading the device: the plan's operands are finite (ozaki.planning zeroes NaN and ±inf,
-    which the frontend overlays after)."""
+def _encoder(encodings: tuple[Encoding, ...], span: tuple[int, int] | None):
+    """``encode_planes`` for the operands of one product whose shifts lie in ``span`` (None:
+    each call reads their range), never reading the device after a launch: the plan's operands
+    are finite (ozaki.planning zeroes NaN and ±inf, which the frontend overlays after)."""
     return lambda x, shift, side: residue_kernels.encode_planes(x, shift, encodings, side, span=span,
                                                                 known_finite=True)
 

@@ -345,15 +345,15 @@ def _read_rows(a: torch.Tensor, b: torch.Tensor, batch: int, accuracy: Accuracy,
                              [side_a.lossless for side_a, _ in sides], [side_b.lossless for _, side_b in sides],
                              *patterns, *([-pattern for pattern in side] for side in patterns), *code_sums], 0)
     agreed = agreement.agree("max", local)
-    read = len(local) - len(code_sums)
-    return sides, _with_tops(local[:read]), _with_tops(agreed[:read]), agreed[read:]
+    count = len(local) - len(code_sums)
+    return sides, _with_tops(local[:count]), _with_tops(agreed[:count]), agreed[count:]
 
 
-def _with_tops(read: list[int]) -> list[int]:
-    """_read_rows' extremes with the patterns of the largest and least row maxima turned into
+def _with_tops(maxima: list[int]) -> list[int]:
+    """_read_rows' maxima with the patterns of the largest and least row maxima turned into
     the highest and lowest tops of each side's rows (frexp's exponent; 0 for a zero row) and
     the last two entries whether A and B hold NaN or ±inf."""
-    widths, (largest_a, largest_b, least_a, least_b) = read[:4], read[4:]
+    widths, (largest_a, largest_b, least_a, least_b) = maxima[:4], maxima[4:]
     nonfinite = [int(pattern >= _INF_PATTERN) for pattern in (largest_a, largest_b)]
     tops = [_top_of(largest_a), _top_of(largest_b), _top_of(-least_a), _top_of(-least_b)]
     return [*widths, *tops, *nonfinite]

@@ -35,9 +35,9 @@ narrowest type gloo and NCCL sum in (uint8, int32, int64: 1, 4, 8 bytes; neither
 that holds the largest value the whole sum can reach, written w(bound):
 
 * rows: 96 bytes: two all-reduces of the plan's integers (8 maxima: p, q, the widest rows and
-  columns, the largest row maximum of A and of B and the least ones negated, as IEEE patterns:
-  the rows' highest and lowest tops, and NaN or ±inf; 4 minima: the guards, the fewest bits),
-  int64.  ``"fp64"``
+  columns, the largest row maximum of A and of B and inf less the least non-zero ones, as IEEE
+  patterns: the rows' highest and lowest tops, and NaN or ±inf; 4 minima: the guards, the
+  fewest bits), int64.  ``"fp64"``
   adds 8N (each column's minimum over every row of A of its level quotient, float64) and 32
   (the four maxima of the magnitude bound's code sums, with the other maxima).  The product
   itself moves nothing.

@@ -303,7 +303,8 @@ def plan_product(a: torch.Tensor, b: torch.Tensor, accuracy: Accuracy = "fp64", 
         [side_a.bits for side_a, _ in sides], [side_b.bits for _, side_b in sides],
     ], _NO_LINE))
     # Every row's shift s = bits − top (less one where rounding carries; 0 for a zero row)
-    # lies in this range, which the encode checks and sizes its tables by without a read.
+    # lies in this range, which the encode checks and sizes its table of powers by without a
+    # read (tests/test_explain.py holds it to every row's shift on rows from the subnormals up).
     highest_top_a, highest_top_b, lowest_top_a, lowest_top_b = tops
     span = (min(0, fewest_a - highest_top_a - 1, fewest_b - highest_top_b - 1),
             max(0, p - lowest_top_a, q - lowest_top_b))
@@ -328,9 +329,9 @@ def _read_rows(a: torch.Tensor, b: torch.Tensor, batch: int, accuracy: Accuracy,
                agreement: Agreement) -> tuple[list, list[int], list[int], list[int]]:
     """Stage 1's reading of every product of the batch, and in one read of the device every
     extreme the plan needs: the largest bits and lossless widths of each side, the highest
-    and lowest top of each side's rows (lowest as the largest −top), whether each operand
-    holds NaN or ±inf (last) and, under "fp64", the code sums of the magnitude bound
-    (returned apart); both this device's and, through ``agreement``, the whole product's.
+    top of each side's rows and the lowest of its non-zero rows (:func:`_with_tops`), whether
+    each operand holds NaN or ±inf (last) and, under "fp64", the code sums of the magnitude
+    bound (returned apart); both this device's and, through ``agreement``, the whole product's.
     (Over non-finite operands the rest is meaningless: the caller reads them again, zeroed.)"""
     (m, k), n = a.shape[-2:], b.shape[-1]
     flat_a, flat_bt = a.reshape(batch, m, k), b.reshape(batch, k, n).transpose(-1, -2)
@@ -339,29 +340,35 @@ def _read_rows(a: torch.Tensor, b: torch.Tensor, batch: int, accuracy: Accuracy,
     code_sums = [list(column) for column in zip(*(sums for _, _, sums in read if sums is not None))]
     # The rows' largest magnitudes as IEEE patterns (non-negative patterns order as their
     # values; NaN's lie above inf's): the largest gives the highest top and shows NaN or ±inf,
-    # so no pass over the operands checks them; the largest negated one the lowest top.
+    # so no pass over the operands checks them.  The least of a non-zero row (a zero row's
+    # shift is 0, whatever its top) gives the lowest top, read as the largest of inf's pattern
+    # less the row's: every maximum here is over non-negative integers (0 is the identity of
+    # extremes and of a mesh's agreement).
     patterns = [[side.extents.row_max.view(torch.int64) for side in column] for column in zip(*sides)]
+    below_inf = [[torch.where(pattern > 0, _INF_PATTERN - pattern, 0) for pattern in side] for side in patterns]
     local = extremes("max", [[side_a.bits for side_a, _ in sides], [side_b.bits for _, side_b in sides],
                              [side_a.lossless for side_a, _ in sides], [side_b.lossless for _, side_b in sides],
-                             *patterns, *([-pattern for pattern in side] for side in patterns), *code_sums], 0)
+                             *patterns, *below_inf, *code_sums], 0)
     agreed = agreement.agree("max", local)
     count = len(local) - len(code_sums)
     return sides, _with_tops(local[:count]), _with_tops(agreed[:count]), agreed[count:]
 
 
 def _with_tops(maxima: list[int]) -> list[int]:
-    """_read_rows' maxima with the patterns of the largest and least row maxima turned into
-    the highest and lowest tops of each side's rows (frexp's exponent; 0 for a zero row) and
-    the last two entries whether A and B hold NaN or ±inf."""
-    widths, (largest_a, largest_b, least_a, least_b) = maxima[:4], maxima[4:]
+    """_read_rows' maxima with the patterns of the largest row maximum and of the least
+    non-zero one turned into the highest top of each side's rows and the lowest of its non-zero
+    rows (frexp's exponent; 0 where a side has no such row) and the last two entries whether A
+    and B hold NaN or ±inf."""
+    widths, (largest_a, largest_b, below_a, below_b) = maxima[:4], maxima[4:]
     nonfinite = [int(pattern >= _INF_PATTERN) for pattern in (largest_a, largest_b)]
-    tops = [_top_of(largest_a), _top_of(largest_b), _top_of(-least_a), _top_of(-least_b)]
+    tops = [_top_of(largest_a), _top_of(largest_b), _top_of(_INF_PATTERN - below_a), _top_of(_INF_PATTERN - below_b)]
     return [*widths, *tops, *nonfinite]
 
 
 def _top_of(pattern: int) -> int:
-    # The top of a finite non-negative float64 given by its pattern; a non-finite one's is
-    # never used (the operands are read again, zeroed).
+    # The top of a finite non-negative float64 given by its pattern; 0 for the pattern of inf,
+    # which stands for "no non-zero row" (and a non-finite maximum's is never used: the
+    # operands are read again, zeroed).
     if pattern >= _INF_PATTERN:
         return 0
     return math.frexp(struct.unpack("<d", struct.pack("<q", pattern))[0])[1]

@@ -13,6 +13,7 @@ import ozaki
 import ozaki.catalog
 from ozaki import pipeline, planning
 from ozaki.residues import crt_capacity
+from ozaki.scaling import shifts_of
 
 
 @pytest.fixture
@@ -93,3 +94,27 @@ def test_nonfinite_inputs_are_planned_on_their_finite_terms(no_product):
 def test_bad_calls_raise_as_matmul_does(call, error):
     with pytest.raises(error):
         call()
+
+
+def _span_rows(rng) -> list[np.ndarray]:
+    # Rows from the subnormals to the top of the float64 range, zero rows, rows one ulp under
+    # a power of two (which carry below 53 bits) and plain phi rows.
+    tiny = np.array([5e-324, 3e-320, 2.0**-1060, 2.0**-1022])
+    return [rng.random((6, 9)) - 0.5, np.zeros((2, 9)), np.full((2, 9), 1 - 2.0**-53),
+            np.outer(np.ldexp(1.0, rng.integers(-1074, 1023, size=4)), rng.random(9)), np.outer(tiny, rng.random(9)),
+            np.full((1, 9), np.finfo(np.float64).max)]
+
+
+@pytest.mark.parametrize("accuracy", ["fp64", "exact", 12, 60])
+def test_shift_span_holds_every_rows_shift(accuracy):
+    # The span the plan reads with its maxima (no read of the shifts themselves) holds every
+    # row's shift s = bits − top (less a carry), which the encode checks and sizes its tables by.
+    rng = np.random.default_rng(7)
+    a = torch.from_numpy(np.vstack(_span_rows(rng)))
+    b = torch.from_numpy(np.vstack(_span_rows(rng)).T.copy())
+    plan = ozaki.explain(a, b, accuracy=accuracy, engine="int8")
+    extents_a, extents_b, bits_a, bits_b = plan.rows[0]
+    lowest, highest = plan.shift_span
+    for extents, bits in ((extents_a, bits_a), (extents_b, bits_b)):
+        shifts = shifts_of(extents.row_max, bits)
+        assert lowest <= int(shifts.min()) and int(shifts.max()) <= highest

@@ -233,6 +233,22 @@ def _operands(seed: int, m: int, k: int, n: int, wide: bool) -> tuple[np.ndarray
     return a, b
 
 
+@pytest.mark.parametrize("accuracy", ["fp64", 40, 12])
+def test_fused_path_on_rows_from_the_subnormals_up(fused_path, monkeypatch, accuracy):  # noqa: F811
+    """Rows whose tops lie far below 0 take shifts of a thousand bits and more, beside zero
+    rows (shift 0): the encode sizes its table of powers from the plan's span of the shifts,
+    which must hold them all, or it would read past the table."""
+    rng = np.random.default_rng(11)
+    tiny = np.ldexp(rng.random((4, 1)) + 0.5, rng.integers(-1070, -900, size=(4, 1)))
+    a = np.vstack([rng.random((3, 12)) - 0.5, np.zeros((2, 12)), tiny * (rng.random((4, 12)) - 0.5)])
+    b = np.hstack([rng.random((12, 3)) - 0.5, np.zeros((12, 1)), np.ldexp(rng.random((12, 2)), -1000)])
+    with monkeypatch.context() as torch_only:
+        torch_only.setattr(planning, "kernels_available", lambda device: False)
+        reference = ozaki.matmul(a, b, engine="reference", accuracy=accuracy)
+    got = fused_path(a, b, engine="int8", accuracy=accuracy)
+    assert np.array_equal(got.view(np.uint64), reference.view(np.uint64))
+
+
 @pytest.mark.parametrize(("digits", "accuracy", "shape", "wide"), [
     ("int8", "exact", (7, 45, 5), False), ("int8", 40, (6, 33, 9), False), ("int8", 24, (9, 70, 6), True),
     ("int8", 1, (6, 20, 5), True), ("fp4", 30, (7, 40, 6), True),

@@ -69,7 +69,8 @@ def main() -> None:
     print(f"n = {n}: host ms, device ms at the mark, device behind host (about 0: the device waited)")
     for label, host, event in marks:
         device = event0.elapsed_time(event)
-        print(f"{label:34s} host {1e3 * (host - host0):8.3f}  device {device:8.3f}  behind {device - 1e3 * (host - host0):8.3f}")
+        host_ms = 1e3 * (host - host0)
+        print(f"{label:34s} host {host_ms:8.3f}  device {device:8.3f}  behind {device - host_ms:8.3f}")
 
 
 if __name__ == "__main__":

@@ -183,7 +183,8 @@ def row_shifts_kernel(row_max: torch.Tensor, bits: torch.Tensor) -> torch.Tensor
     row's largest |x|, finite and non-negative: ``Extents.row_max``), ``bits`` int64 p ≥ 0, one
     per row, on one device; nothing is read back (the caller keeps p ≥ 0)."""
     if not isinstance(row_max, torch.Tensor) or row_max.dtype != torch.float64 or row_max.dim() != 1:
-        raise TypeError(f"row_max must be a 1-D float64 tensor, got {getattr(row_max, 'dtype', type(row_max).__name__)}")
+        got = getattr(row_max, "dtype", type(row_max).__name__)
+        raise TypeError(f"row_max must be a 1-D float64 tensor, got {got}")
     if (not isinstance(bits, torch.Tensor) or bits.dtype != torch.int64 or bits.shape != row_max.shape
             or bits.device != row_max.device):
         raise ValueError(f"bits must be an int64 tensor of shape {tuple(row_max.shape)} on {row_max.device}")

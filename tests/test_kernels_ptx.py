@@ -220,11 +220,11 @@ def test_accuracy_passes_read_in_vectors_and_round_as_torch_without_spills(tmp_p
     # The "fp64" rule's passes over memory (kernels.accuracy): no local memory; where the data
     # allow (aligned) the unit-stride axis is read in vector loads (A's K, Bᵀ's rows; G's
     # columns) and the lower pass's int8 codes leave in vector stores, a thread's 8 bytes of
-    # a row at once (the upper pass stores nothing but its sums' atomics).  The codes are products by powers of two rounded by
-    # magic-number adds (kernels.accuracy._nearest_integer), with no conversion instruction that
-    # rounds; the quotients' reciprocals (one division per line, not per entry) are correctly
-    # rounded, and no multiply-add touches the quotients (a fused one would round differently
-    # from torch).
+    # a row at once (the upper pass stores nothing but its sums' atomics).  The codes are
+    # products by powers of two rounded by magic-number adds (kernels.accuracy._nearest_integer),
+    # with no conversion instruction that rounds; the quotients' reciprocals (one division per
+    # line, not per entry) are correctly rounded, and no multiply-add touches the quotients (a
+    # fused one would round differently from torch).
     variants = [(kernel, operand, aligned) for kernel in ("upper", "lower") for operand in "ab"
                 for aligned in (True, False)] + [("quotients", "a", aligned) for aligned in (True, False)]
     result = _compiled(_ACCURACY_SCRIPT, json.dumps(variants), tmp_path)

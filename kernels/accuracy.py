@@ -41,7 +41,6 @@ import triton.language as tl
 
 from kernels import ptx, scaling
 from kernels.crt import ldexp_factors
-from kernels.float64 import EXPONENT_BIAS, FRACTION_BITS, MAGNITUDE_MASK
 
 __all__ = ["CODES_WARPS", "CODE_LEVELS", "CODE_MAX", "LOWER_BLOCK", "QUOTIENTS_BLOCK", "QUOTIENTS_WARPS",
            "UPPER_BLOCK", "UPPER_CODE_MAX", "UPPER_LEVELS", "UPPER_MAX_K", "UpperReading", "compile_ptx",
@@ -88,13 +87,6 @@ QUOTIENTS_WARPS = 8
 # U's terms are 1 << max(W − d, 0) in int64, d ≥ 0: W up to 62 keeps every term a power of
 # two below 2^63 (the caller keeps W small enough for the sum, ozaki.accuracy).
 _MAX_SUM_LEVELS = 62
-_SIGN_MASK = tl.constexpr(MAGNITUDE_MASK)
-_FRACTION_BITS = tl.constexpr(FRACTION_BITS)
-# frexp's exponent of a normal |x| with biased field E is E − (bias − 1); a subnormal times
-# 2^64 is normal (and exact), with frexp's exponent 64 above the subnormal's.
-_FREXP_BIAS = tl.constexpr(EXPONENT_BIAS - 1)
-_SUBNORMAL_BITS = tl.constexpr(64)
-_SUBNORMAL_SCALE = tl.constexpr(2.0**64)
 _CODE_LEVELS = tl.constexpr(CODE_LEVELS)
 _CODE_MAX = tl.constexpr(float(CODE_MAX))
 _UPPER_LEVELS = tl.constexpr(UPPER_LEVELS)
@@ -160,14 +152,7 @@ def _codes_kernel(
             codes = _float_to_int(tl.where(nonzero, tl.maximum(ceiling, 1.0), 0.0))
             code_sums += codes
             code_squares += codes * codes
-            magnitude = x.to(tl.int64, bitcast=True) & _SIGN_MASK
-            field = magnitude >> _FRACTION_BITS
-            # A subnormal times 2^64 is normal, exactly: its field, less 64, is the subnormal's.
-            subnormal = field == 0
-            normalized = tl.abs(x) * tl.where(subnormal, _SUBNORMAL_SCALE, 1.0)
-            exponent = ((normalized.to(tl.int64, bitcast=True) >> _FRACTION_BITS)
-                        - tl.where(subnormal, _SUBNORMAL_BITS, 0) - _FREXP_BIAS)
-            below = top[None, :] - exponent
+            below = top[None, :] - scaling.frexp_exponent(tl.abs(x))
             term = tl.full([BLOCK_K, BLOCK_R], 1, dtype=tl.int64) << tl.maximum(levels - below, 0)
             sums += tl.where(nonzero, term, 0)
         else:

@@ -47,7 +47,8 @@ _log = logging.getLogger("ozaki.kernels")
 # each other's contention, and a second thread asking for a key being tuned waits for its winner
 # instead of timing it again.  Reentrant so that a run() may itself ask for a tuned config.
 _lock = threading.RLock()
-_winners: dict[Hashable, tuple] = {}
+# The winners by kernel and workload, and tuned_plane_config's answers by request.
+_winners: dict[Hashable, object] = {}
 
 # Where tuned winners persist across processes: this variable's folder, else $XDG_CACHE_HOME/ozaki
 # (~/.cache/ozaki); set it to an empty string to keep winners in-process only.
@@ -240,7 +241,6 @@ def clear_cache() -> None:
     """Forget every tuned winner (the next request for each key times its class again)."""
     with _lock:
         _winners.clear()
-        _tuned_plane_config.cache_clear()
 
 
 def _positive(name: str, value) -> int:
@@ -274,16 +274,20 @@ def tuned_plane_config(
 
     A repeated request is a dictionary lookup (the admission checks cost a product's host
     some 0.2 ms, while the device waited for its first launch: benchmarks/RESULTS.md)."""
-    if not isinstance(planes, int):
-        planes = tuple(planes)
-    # Keyed by the winners' table too, so that a request after clear_cache (or with another
-    # table) is decided again.
-    return _tuned_plane_config(operand, m, n, k, planes, max_product, device,
-                               None if moduli is None else tuple(moduli), exact_sums, id(_winners))
+    # The request's answer is kept beside the winners it came from, so that clear_cache (or
+    # another table of winners) decides it again.
+    request = ("tuned_plane_config", operand, m, n, k, planes if isinstance(planes, int) else tuple(planes),
+               max_product, str(device), None if moduli is None else tuple(moduli), exact_sums)
+    with _lock:
+        known = _winners.get(request)
+    if known is None:
+        known = _tuned_plane_config(operand, m, n, k, planes, max_product, device, moduli, exact_sums)
+        with _lock:
+            _winners[request] = known
+    return known
 
 
-@functools.lru_cache(maxsize=1024)
-def _tuned_plane_config(operand, m, n, k, planes, max_product, device, moduli, exact_sums, _table):
+def _tuned_plane_config(operand, m, n, k, planes, max_product, device, moduli, exact_sums):
     if operand not in products.CONFIGS:
         raise ValueError(f"unknown operand {operand!r}; known: {', '.join(products.CONFIGS)}")
     m, n, k = _positive("m", m), _positive("n", n), _positive("k", k)

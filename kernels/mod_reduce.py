@@ -40,9 +40,9 @@ def fold_chunk(residue, part, coef, modulus, inverse, RESIDUE_BITS: tl.constexpr
     # (residue + part * coef) mod m as int32 in [0, m), for residue in [0, m), coef in
     # [0, m) and an exact chunk sum |part| < 2**31 (int32, or an integer-valued fp32).
     if RESIDUE_BITS == 0:
-        # Exact sums (kernels.products.exact_int8_matmul): one chunk, coefficient 1 and a sum
-        # the launcher keeps in [0, m), which is its own residue.  No reduction: the epilogue
-        # stores the accumulator.
+        # Exact sums (kernels.products.exact_int8_matmul): coefficient 1 and a whole sum the
+        # launcher keeps in [0, m) < 2**31, so the chunk sums add up exactly in int32 to its own
+        # residue.  No reduction: the epilogue stores the accumulator.
         r = residue + part
     elif RESIDUE_BITS == 8:
         # m <= 2**8, in fp32: part = high * 2**16 + low with |high| <= 2**15, 0 <= low < 2**16,

@@ -656,6 +656,9 @@ def _launch(a_op: torch.Tensor, b_op: torch.Tensor, coefficients: tuple[int, ...
     arithmetic = residue_dtype(moduli)
     if out.dtype.itemsize < arithmetic.itemsize:
         raise ValueError(f"residues mod {max(moduli)} need {arithmetic} or wider; the output is {out.dtype}")
+    if exact_sums and (coefficients != (1,) or len(moduli) != 1):
+        raise ValueError(f"exact sums are one plane of coefficient 1 (exact_int8_matmul); got coefficients "
+                         f"{coefficients} for moduli {moduli}")
     residue_bits = _EXACT_SUMS if exact_sums else _residue_bits(arithmetic)
     device = a_op.device
     n_groups, n_batch, m_rows, n_cols = out.shape

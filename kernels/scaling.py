@@ -37,7 +37,8 @@ from kernels.crt import ldexp_factors
 from kernels.float64 import EXPONENT_BIAS, FRACTION_BITS, MAGNITUDE_MASK, SIGNIFICAND_BITS, ULP_BIAS
 
 __all__ = ["EXTENTS_BLOCK", "EXTENTS_WARPS", "MAX_GRID_Y", "NO_SET_BIT", "SHIFTS_BLOCK", "Extents", "chunked_grid",
-           "compile_ptx", "reference_row_extents", "reference_row_shifts", "row_extents_kernel", "row_shifts_kernel"]
+           "compile_ptx", "frexp_exponent", "reference_row_extents", "reference_row_shifts", "row_extents_kernel",
+           "row_shifts_kernel"]
 
 # The lowest bit of an all-zero row: the identity of the min over its entries, above every
 # real lowest bit (≤ 1023), and int32's largest value, which is what the kernel stores.
@@ -153,16 +154,22 @@ _SUBNORMAL_SCALE = tl.constexpr(2.0**64)
 
 
 @triton.jit
+def frexp_exponent(magnitude):
+    """frexp's exponent e of a finite float64 magnitude > 0 (2^(e−1) ≤ it < 2^e), from its
+    exponent field, subnormals included (times 2^64 they are normal, exactly, their exponent
+    64 higher): no conversion instruction.  A zero gets a meaningless value."""
+    subnormal = (magnitude.to(tl.int64, bitcast=True) >> _FRACTION) == 0
+    normalized = magnitude * tl.where(subnormal, _SUBNORMAL_SCALE, 1.0)
+    return (normalized.to(tl.int64, bitcast=True) >> _FRACTION) - tl.where(subnormal, _SUBNORMAL_BITS, 0) - _FREXP_BIAS
+
+
+@triton.jit
 def _shifts_kernel(max_ptr, bits_ptr, shift_ptr, rows, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < rows
     row_max = tl.load(max_ptr + offs, mask=mask, other=0.0)
     bits = tl.load(bits_ptr + offs, mask=mask, other=0)
-    # top: frexp's exponent of the maximum, from its field; a subnormal times 2^64 is normal
-    # (exactly), with an exponent 64 higher.
-    subnormal = (row_max.to(tl.int64, bitcast=True) >> _FRACTION) == 0
-    normalized = row_max * tl.where(subnormal, _SUBNORMAL_SCALE, 1.0)
-    top = (normalized.to(tl.int64, bitcast=True) >> _FRACTION) - tl.where(subnormal, _SUBNORMAL_BITS, 0) - _FREXP_BIAS
+    top = frexp_exponent(row_max)
     nonzero = row_max > 0
     shift = tl.where(nonzero, bits - top, 0)
     # As ozaki.scaling.shifts_of: below 53 bits the scaled maximum lies in [1/2, 2^52), exact

@@ -236,8 +236,9 @@ def _operands(seed: int, m: int, k: int, n: int, wide: bool) -> tuple[np.ndarray
 @pytest.mark.parametrize("accuracy", ["fp64", 40, 12])
 def test_fused_path_on_rows_from_the_subnormals_up(fused_path, monkeypatch, accuracy):  # noqa: F811
     """Rows whose tops lie far below 0 take shifts of a thousand bits and more, beside zero
-    rows (shift 0): the encode sizes its table of powers from the plan's span of the shifts,
-    which must hold them all, or it would read past the table."""
+    rows (shift 0) and columns near 2^-1000: the fused path, encoding with the plan's span of
+    the shifts (tests/test_explain.py holds the span itself to every shift), gives the
+    reference engine's bits."""
     rng = np.random.default_rng(11)
     tiny = np.ldexp(rng.random((4, 1)) + 0.5, rng.integers(-1070, -900, size=(4, 1)))
     a = np.vstack([rng.random((3, 12)) - 0.5, np.zeros((2, 12)), tiny * (rng.random((4, 12)) - 0.5)])

@@ -41,9 +41,10 @@ import triton.language as tl
 
 from kernels import ptx, scaling
 from kernels.crt import ldexp_factors
+from kernels.float64 import EXPONENT_BIAS, FLOAT64_EXACT, FRACTION_BITS
 
 __all__ = ["CODES_WARPS", "CODE_LEVELS", "CODE_MAX", "LOWER_BLOCK", "QUOTIENTS_BLOCK", "QUOTIENTS_WARPS",
-           "UPPER_BLOCK", "UPPER_CODE_MAX", "UPPER_LEVELS", "UPPER_MAX_K", "UpperReading", "compile_ptx",
+           "UPPER_BLOCKS", "UPPER_CODE_MAX", "UPPER_LEVELS", "UPPER_MAX_K", "UpperReading", "compile_ptx",
            "least_quotients_kernel", "lower_codes_kernel", "reference_least_quotients", "reference_lower_codes",
            "reference_upper_reading", "upper_reading_kernel"]
 
@@ -71,12 +72,13 @@ class UpperReading(NamedTuple):
 # K x rows per tile of the operand passes, and their warps.  As in kernels.scaling, the
 # compiler lays the load out with the input's unit-stride axis fastest, so A and Bᵀ are both
 # read coalesced; the lower codes leave K-contiguous (for Bᵀ through a layout change in
-# shared memory).  Three int64 accumulators per entry (U, the code sums and squares) keep
-# 2048 entries over 4 warps in registers.  The lower pass's tile was the fastest of eleven
-# on the H200 at n = 16384 for both operands (A 1.75 → 0.76 ms, Bᵀ 0.68 → 0.61 against
-# 32 x 64; benchmarks/kernels.md, "The rule's passes"); the upper pass's 32 x 64 was within
-# 2% of the best for A.
-UPPER_BLOCK = (32, 64)
+# shared memory).  The upper pass keeps three float64 accumulators per entry (U, the code
+# sums and squares); its tile depends on the input's unit-stride axis ("k": rows of A;
+# "rows": Bᵀ read in place).  Each was the fastest of eleven on the H200 at n = 16384
+# (benchmarks/kernels.md, "The rule's passes"): the lower pass's for both operands (A 1.75 →
+# 0.76 ms, Bᵀ 0.68 → 0.61 against 32 x 64), the upper pass's A 0.87 → 0.60 ms and Bᵀ 1.63 →
+# 0.62 against 32 x 64.
+UPPER_BLOCKS = {"k": (64, 16), "rows": (8, 128)}
 LOWER_BLOCK = (64, 16)
 CODES_WARPS = 4
 # Rows x columns of G per program of the quotient pass: each program writes its tile's
@@ -84,9 +86,10 @@ CODES_WARPS = 4
 # thread keep G and both sides' quotients in registers.
 QUOTIENTS_BLOCK = (64, 64)
 QUOTIENTS_WARPS = 8
-# U's terms are 1 << max(W − d, 0) in int64, d ≥ 0: W up to 62 keeps every term a power of
-# two below 2^63 (the caller keeps W small enough for the sum, ozaki.accuracy).
-_MAX_SUM_LEVELS = 62
+# The upper pass sums in float64 integers: a program's chunk of K holds at most this many
+# entries of a row, so that its sum of squared codes (each at most 2^(2·D_U) = 2^32) stays
+# within 2^53, exact.
+_EXACT_CHUNK = FLOAT64_EXACT >> (2 * UPPER_LEVELS)
 _CODE_LEVELS = tl.constexpr(CODE_LEVELS)
 _CODE_MAX = tl.constexpr(float(CODE_MAX))
 _UPPER_LEVELS = tl.constexpr(UPPER_LEVELS)
@@ -94,6 +97,9 @@ _UPPER_LEVELS = tl.constexpr(UPPER_LEVELS)
 # the sum x + 1.5·2^52 is x rounded to an integer n (ties to even), exactly 1.5·2^52 + n,
 # whose pattern is 0x4338… + n.
 _MAGIC = tl.constexpr(1.5 * 2**52)
+# float64's exponent bias and fraction width: 2^e has the bit pattern (e + bias) << 52.
+_EXPONENT_BIAS = tl.constexpr(EXPONENT_BIAS)
+_FRACTION_BITS = tl.constexpr(FRACTION_BITS)
 _MAGIC_BITS = tl.constexpr(0x4338000000000000)
 
 
@@ -130,10 +136,13 @@ def _codes_kernel(
         scale_first, scale_second = ldexp_factors(_CODE_LEVELS - top)
     k_start = tl.program_id(1) * k_chunk
     k_stop = tl.minimum(k_start + k_chunk, k_out)
-    # Elementwise running sums over this program's K chunk, reduced across the tile once.
-    sums = tl.zeros([BLOCK_K, BLOCK_R], dtype=tl.int64)
-    code_sums = tl.zeros([BLOCK_K, BLOCK_R], dtype=tl.int64)
-    code_squares = tl.zeros([BLOCK_K, BLOCK_R], dtype=tl.int64)
+    # Elementwise running sums over this program's K chunk, reduced across the tile once.  They
+    # are float64 integers, exact: a chunk of at most _EXACT_CHUNK entries per row keeps every
+    # partial sum of squares (codes up to 2^16) and of U's terms (K·2^W < 2^53, the launcher's
+    # check) at most 2^53; one add or multiply-add each, where int64 takes two or more.
+    sums = tl.zeros([BLOCK_K, BLOCK_R], dtype=tl.float64)
+    code_sums = tl.zeros([BLOCK_K, BLOCK_R], dtype=tl.float64)
+    code_squares = tl.zeros([BLOCK_K, BLOCK_R], dtype=tl.float64)
     for k0 in range(k_start, k_stop, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
         # Past the operand (K or rows) entries read as 0.0: zero codes, nothing summed.
@@ -149,12 +158,13 @@ def _codes_kernel(
             # the rounding add rounds the same product.
             nearest = _nearest_integer(scaled)
             ceiling = nearest + tl.where(nearest < scaled, 1.0, 0.0)
-            codes = _float_to_int(tl.where(nonzero, tl.maximum(ceiling, 1.0), 0.0))
+            codes = tl.where(nonzero, tl.maximum(ceiling, 1.0), 0.0)
             code_sums += codes
             code_squares += codes * codes
+            # U's term 2^max(W − d, 0), d = t − e, built from its exponent field.
             below = top[None, :] - scaling.frexp_exponent(tl.abs(x))
-            term = tl.full([BLOCK_K, BLOCK_R], 1, dtype=tl.int64) << tl.maximum(levels - below, 0)
-            sums += tl.where(nonzero, term, 0)
+            term = ((tl.maximum(levels - below, 0) + _EXPONENT_BIAS) << _FRACTION_BITS).to(tl.float64, bitcast=True)
+            sums += tl.where(nonzero, term, 0.0)
         else:
             clamped = tl.minimum(scaled, _CODE_MAX)
             nearest = _nearest_integer(clamped)
@@ -163,9 +173,9 @@ def _codes_kernel(
                      mask=(offs_k[:, None] < k_stop) & out_rows[None, :])
     if UPPER:
         # Integer sums: the order in which the chunks' atomics land changes nothing.
-        tl.atomic_add(sums_ptr + offs_r, tl.sum(sums, axis=0), mask=row_mask)
-        tl.atomic_add(code_sums_ptr + offs_r, tl.sum(code_sums, axis=0), mask=row_mask)
-        tl.atomic_add(code_squares_ptr + offs_r, tl.sum(code_squares, axis=0), mask=row_mask)
+        tl.atomic_add(sums_ptr + offs_r, tl.sum(sums, axis=0).to(tl.int64), mask=row_mask)
+        tl.atomic_add(code_sums_ptr + offs_r, tl.sum(code_sums, axis=0).to(tl.int64), mask=row_mask)
+        tl.atomic_add(code_squares_ptr + offs_r, tl.sum(code_squares, axis=0).to(tl.int64), mask=row_mask)
 
 
 def _check_operand(x: torch.Tensor, scale: torch.Tensor, padded: tuple[int, int] | None = None) -> None:
@@ -186,6 +196,9 @@ def _launch_codes(x: torch.Tensor, scale: torch.Tensor, padded: tuple[int, int],
     # The grid covers ``padded`` (the lower codes' buffer, or x's shape); the kernel reads x
     # only within its shape.
     launch = scaling.chunked_grid(*padded, block, chunks)
+    if launch is not None and sums is not None and launch[1] > _EXACT_CHUNK:
+        # More chunks, so that each program's float64 sums stay exact.
+        launch = scaling.chunked_grid(*padded, block, max(chunks or 1, triton.cdiv(padded[1], _EXACT_CHUNK)))
     if launch is not None:
         grid, k_chunk = launch
         _codes_kernel[grid](
@@ -196,20 +209,24 @@ def _launch_codes(x: torch.Tensor, scale: torch.Tensor, padded: tuple[int, int],
 
 
 def upper_reading_kernel(x: torch.Tensor, top: torch.Tensor, levels: int, *,
-                         block: tuple[int, int] = UPPER_BLOCK, chunks: int | None = None,
+                         block: tuple[int, int] | None = None, chunks: int | None = None,
                          num_warps: int = CODES_WARPS) -> UpperReading:
     """The :class:`UpperReading` of x ``[rows, K]`` (float64, finite, any strides: for B pass
     Bᵀ, a view) in one pass: U with W = ``levels``, and the row sums and sums of squares of
     the upper codes.  ``top`` (int64, one per row) must be at least every entry's frexp
     exponent (the row maximum's: ``ozaki.accuracy``), so that every code is at most 2^D_U
-    and every d ≥ 0.  ``block``, ``chunks`` (K split over this many programs per block of rows)
-    and ``num_warps`` change the speed, never the result."""
+    and every d ≥ 0; K·2^W must stay within 2^53, so that U is exact as a float64.
+    ``block`` (default: :data:`UPPER_BLOCKS` for x's unit-stride axis), ``chunks`` (K split
+    over at least this many programs per block of rows) and ``num_warps`` change the speed,
+    never the result."""
     _check_operand(x, top)
     if x.shape[1] > UPPER_MAX_K:
         raise ValueError(f"K = {x.shape[1]} passes {UPPER_MAX_K}, where the codes' sums of squares leave int64")
-    if not 0 <= levels <= _MAX_SUM_LEVELS:
-        raise ValueError(f"levels must lie in [0, {_MAX_SUM_LEVELS}] (U's terms are int64 powers of two), got {levels}")
+    if levels < 0 or x.shape[1] << levels > FLOAT64_EXACT:
+        raise ValueError(f"levels = {levels} with K = {x.shape[1]}: levels must be non-negative and K·2^levels at "
+                         "most 2^53 (U ≤ K·2^levels is summed exactly in float64)")
     reading = UpperReading(*(torch.zeros(x.shape[0], dtype=torch.int64, device=x.device) for _ in range(3)))
+    block = block or UPPER_BLOCKS["k" if x.stride(1) == 1 else "rows"]
     _launch_codes(x, top, tuple(x.shape), levels, None, reading, block, chunks, num_warps)
     return reading
 
@@ -362,7 +379,7 @@ def compile_ptx(capability: int = 90, kernel: str = "upper", operand: str = "a",
         if unit is None:
             raise ValueError(f"operand must be 'a' or 'b', got {operand!r}")
         pointers = {"x_ptr": "*fp64", "top_ptr": "*i64"}
-        block = UPPER_BLOCK if kernel == "upper" else LOWER_BLOCK
+        block = UPPER_BLOCKS["k" if operand == "a" else "rows"] if kernel == "upper" else LOWER_BLOCK
         constexprs = {"BLOCK_K": block[0], "BLOCK_R": block[1], "UPPER": kernel == "upper", unit: 1}
         if kernel == "upper":  # as upper_reading_kernel launches it: sums, no codes
             pointers.update(sums_ptr="*i64", code_sums_ptr="*i64", code_squares_ptr="*i64")

@@ -1,21 +1,32 @@
 """Fused encode: float64 rows -> scaled integers -> residues -> digit planes, one pass.
 
-For each entry the kernel forms the integer round(x * 2**shift) (ties to even) from the
-float64 bit pattern as n * 2**p with |n| < 2**53 and p >= 0 -- the only 64-bit integer
-work, once per entry.  A small p (up to 10, the common case: a row scaled to at most 60 bits
-puts even its largest entries at p <= 7) goes into n itself; a larger one is looked up per
-modulus in a table of 2**p mod m, read only by tiles that hold such entries.  Per modulus m
-the residue is then a few float64 operations on integers below 2**53: one integer c
-congruent to the entry, the quotient rounded by adding 1.5 * 2**52, and c minus quotient
-times m, whose bits are the integer -- no float rounding or conversion instruction, which run
-at a quarter of the float rate or less.  Every intermediate is exact (see
-``_store_residue``), so the result does not depend on whether the compiler, or Triton's
-interpreter, fuses a multiply and an add into one rounding.  It writes the value each plane
-of that modulus' encoding stores for the residue: where every encoding's one plane stores
-the residue itself (every int8 plan) the kernel computes the value, else it looks it up in
-the encodings' plane tables.  The output is the plane GEMM's operand layout:
-``[planes, ..., rows, K]`` with K contiguous; the input may be any strided view (Bᵀ is read
-in place).  An inf or nan sets a flag in the kernel; the launcher raises.
+Each tile takes one of two paths to the residues of round(x * 2**shift) (ties to even), and
+both give the same integers:
+
+* Float tiles, where every entry is finite and |y| = |x * 2**shift| < 2**62 (every tile of
+  the "fp64" and "fixed" rules' plans): y is formed exactly by two multiplications by powers
+  of two, and round(y) = high * 2**32 + low with float64 integers |high| < 2**30 and
+  |low| <= 2**31, each rounded by adding and subtracting 1.5 * 2**52.  Per modulus m, one
+  integer c = high * (2**32 mod m) + low and the quotient q = round(c / m) cost two float64
+  multiply-adds; the residue c - q * m itself is formed in int32 from the bit patterns of
+  high, low and q (it is small, so its low 32 bits are all of it), and a power of two m
+  needs only low's bits.  About 36 float64 operations per entry for 16 moduli.
+* Integer tiles (non-finite entries, or scaled values past 2**62, as the "exact" rule's wide
+  rows have): the integer n * 2**p with |n| < 2**53 and p >= 0 from the float64 bit pattern
+  in int64.  A small p (up to 10) goes into n itself; a larger one is looked up per modulus in
+  a table of 2**p mod m, read only by tiles that hold such entries.  Per modulus, c, q and
+  c - q * m in float64 (``_integer_residue``), six operations.
+
+No float rounding or conversion instruction is used: they run at a quarter of the float rate
+or less.  Every intermediate is exact or rounds where the argument of its comment allows, so
+the result does not depend on whether the compiler, or Triton's interpreter, fuses a
+multiply and an add into one rounding.  The kernel writes the value each plane of that
+modulus' encoding stores for the residue: where every encoding's one plane stores the residue
+itself (every int8 plan) the kernel computes the value, else it looks it up in the encodings'
+plane tables.  The moduli and the windows of their values are constexprs: each set compiles
+its own kernel, with its constants in the instructions.  The output is the plane GEMM's
+operand layout: ``[planes, ..., rows, K]`` with K contiguous; the input may be any strided
+view (Bᵀ is read in place).  An inf or nan sets a flag in the kernel; the launcher raises.
 
 The per-row shift comes from the caller (``ozaki.scaling.row_shifts``, which the pipeline
 computes anyway), so the kernel reads the input once.  The bits are those of the staged
@@ -34,14 +45,16 @@ import triton
 import triton.language as tl
 
 from kernels import ptx
+from kernels.crt import ldexp_factors
 
-__all__ = ["ENCODE_BLOCK", "ENCODE_WARPS", "MAX_MODULUS", "MAX_SHIFT", "compile_ptx", "encode_planes"]
+__all__ = ["ENCODE_LAUNCHES", "MAX_MODULUS", "MAX_SHIFT", "compile_ptx", "encode_planes"]
 
-# Rows x K per program and warps per program: the kernel is elementwise, so any power-of-two
-# tile is correct; encode_planes takes others (block=, num_warps=) for a sweep on the GPU.  The
-# fastest of eight on the H200 at n = 16384 (benchmarks/kernels.md, "Encode and decode").
-ENCODE_BLOCK = (16, 128)
-ENCODE_WARPS = 8
+# Rows x K per program and warps per program, by the input's unit-stride axis ("k": rows of
+# A; "rows": Bᵀ read in place): the kernel is elementwise, so any power-of-two tile is
+# correct; encode_planes takes others (block=, num_warps=) for a sweep on the GPU.  The
+# fastest of nine for each operand on the H200 at n = 16384 (benchmarks/kernels.md, "Encode
+# and decode").
+ENCODE_LAUNCHES = {"k": ((4, 128), 4), "rows": ((8, 128), 4)}
 # The residue step keeps |c| < 2**45 and rounds c/m within 1/(2m) (see _encode_kernel).
 MAX_MODULUS = 2**12
 # Bounds the exponents (int32 in the kernel) and the table of 2**p mod m, whose p reach
@@ -58,29 +71,22 @@ _SMALL_POWER = 10
 # 1.5 * 2**52: added to a float64 of magnitude below 2**51 it rounds to an integer (the ulp
 # there is 1), whose bit pattern is 0x4338000000000000 plus that integer.
 _ROUNDER = tl.constexpr(1.5 * 2**52)
+# The float tiles split y = x * 2**shift at 2**SPLIT_BITS too.
+_TWO_TO_SPLIT = tl.constexpr(2.0**_SPLIT_BITS)
+_TWO_TO_MINUS_SPLIT = tl.constexpr(2.0**-_SPLIT_BITS)
+# A tile whose scaled entries all lie below this takes the float path: high = round(y / 2**32)
+# then stays below 2**30, c = high * w + low below 2**42 (see _float_residue).
+_FLOAT_TILE_BOUND = tl.constexpr(2.0**62)
+# ldexp_factors scales by 2**shift exactly in two powers of the normal range for shifts in
+# [-2044, 2046]; launches whose shifts leave it (rows near the ends of the float64 range under
+# the "exact" rule) take the integer path everywhere.
+_FLOAT_SHIFTS = (-2044, 2046)
 
 
 @triton.jit
-def _store_residue(c, out_ptrs, mask, g, modulus_ptr, inverse_ptr, center_ptr, plane_start_ptr, table_ptr,
-                   stride_table, stride_plane, COMPUTED: tl.constexpr):
-    # c is an integer congruent to the scaled entry, |c| < 2**45 (see _encode_kernel), exact in
-    # float64.  value = c - q * m, the representative of c in [base, base + m) (base: the
-    # encoding's least input where the value is stored, else 0: the residue indexes the plane
-    # tables), with the window's center z = base + (m - 1)/2 and q = round((c - z) / m):
-    # c - z - q*m lies in [-m/2, m/2] and is an integer (m odd) or half an odd one (m even), so
-    # it lies in [-(m - 1)/2, (m - 1)/2], and (c - z)/m is at least 1/(2m) from any
-    # half-integer, where rounding could tie.  So any s within 1/(2m) of (c - z)/m rounds to q:
-    # s = c * inverse + center, inverse = fl(1/m), center = fl(-z/m), is off by at most
-    # 3.01u (|c| + |z|)/m (u = 2**-53: the roundings of inverse, center, the product and the
-    # sum, fused or not), below 1/(2m) for |c| < 2**45 and |z| < 2**16.
-    # Adding 1.5 * 2**52 to s (|s| < 2**45) rounds it to the nearest integer, as the float's ulp
-    # there is 1, and subtracting it again is exact (Sterbenz): q without a float-to-integer
-    # conversion.  q * m is an integer with |q * m| <= |c| + |z| + m < 2**46, so c - q * m is
-    # exact, fused or not; plus 1.5 * 2**52 (|value| < 2**51) it is exact again and has the bit
-    # pattern of the int64 0x4338000000000000 + value: the low 32 bits are value.
-    s = c * tl.load(inverse_ptr + g) + tl.load(center_ptr + g)
-    q = (s + _ROUNDER) - _ROUNDER
-    value = ((c - q * tl.load(modulus_ptr + g)) + _ROUNDER).to(tl.int64, bitcast=True).to(tl.int32)
+def _store_value(value, out_ptrs, mask, g, plane_start_ptr, table_ptr, stride_table, stride_plane,
+                 COMPUTED: tl.constexpr):
+    # value: modulus g's representative of the entry in its window (int32).
     if COMPUTED:
         # Every encoding stores one plane holding the input itself (plane g): the value.
         tl.store(out_ptrs + g * stride_plane, value.to(out_ptrs.dtype.element_ty), mask=mask)
@@ -92,22 +98,85 @@ def _store_residue(c, out_ptrs, mask, g, modulus_ptr, inverse_ptr, center_ptr, p
 
 
 @triton.jit
-def _encode_kernel(
-    x_ptr, shift_ptr, modulus_ptr, inverse_ptr, center_ptr, split_ptr, pow_ptr, plane_start_ptr, table_ptr,
-    out_ptr, flag_ptr,
-    rows, K, stride_xr, stride_xk, stride_table, stride_plane,
-    N_MODULI: tl.constexpr, COMPUTED: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
-    SPLIT_BITS: tl.constexpr, SMALL_POWER: tl.constexpr,
-):
-    offs_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-    offs_k = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
-    mask = (offs_r[:, None] < rows) & (offs_k[None, :] < K)
-    x = tl.load(x_ptr + offs_r[:, None].to(tl.int64) * stride_xr + offs_k[None, :].to(tl.int64) * stride_xk,
-                mask=mask, other=0.0)
-    shift = tl.load(shift_ptr + offs_r, mask=offs_r < rows, other=0)  # int32, |shift| <= MAX_SHIFT
+def _integer_residue(c, MODULUS: tl.constexpr, BASE: tl.constexpr):
+    # c is an integer congruent to the scaled entry, |c| < 2**45 (see _integer_tile), exact in
+    # float64.  The value is c - q * m, the representative of c in [base, base + m), with the
+    # window's center z = base + (m - 1)/2 and q = round((c - z) / m): c - z - q*m lies in
+    # [-m/2, m/2] and is an integer (m odd) or half an odd one (m even), so it lies in
+    # [-(m - 1)/2, (m - 1)/2], and (c - z)/m is at least 1/(2m) from any half-integer, where
+    # rounding could tie.  So any s within 1/(2m) of (c - z)/m rounds to q: s = c * inverse +
+    # center, inverse = fl(1/m), center = fl(-z/m), is off by at most 3.01u (|c| + |z|)/m
+    # (u = 2**-53: the roundings of inverse, center, the product and the sum, fused or not),
+    # below 1/(2m) for |c| < 2**45 and |z| < 2**16.  Adding 1.5 * 2**52 to s (|s| < 2**45)
+    # rounds it to the nearest integer, as the float's ulp there is 1, and subtracting it
+    # again is exact (Sterbenz): q without a float-to-integer conversion.  q * m is an integer
+    # with |q * m| <= |c| + |z| + m < 2**46, so c - q * m is exact, fused or not; plus
+    # 1.5 * 2**52 (|value| < 2**51) it is exact again and has the bit pattern of the int64
+    # 0x4338000000000000 + value: the low 32 bits are value.  (Python's float division rounds
+    # the constants once; tl.full keeps them float64.)
+    inverse = tl.full((), 1.0 / MODULUS, tl.float64)
+    center = tl.full((), -(BASE + (MODULUS - 1) / 2) / MODULUS, tl.float64)
+    s = c * inverse + center
+    q = (s + _ROUNDER) - _ROUNDER
+    return ((c - q * MODULUS) + _ROUNDER).to(tl.int64, bitcast=True).to(tl.int32)
 
-    # Once per entry, in int64: x = ±significand * 2**exponent from the IEEE fields
-    # (subnormals: no hidden bit), then the integer round(|x| * 2**shift) = integer * 2**power.
+
+@triton.jit
+def _float_residue(high, low, high_bits, low_bits, MODULUS: tl.constexpr, BASE: tl.constexpr):
+    # The representative in [base, base + m) of n = high * 2**32 + low (float64 integers,
+    # |high| < 2**30, |low| <= 2**31; high_bits and low_bits their int32 patterns modulo 2**32).
+    if MODULUS & (MODULUS - 1) == 0:
+        # m divides 2**32: n mod m is low mod m, in integers alone.
+        return ((low_bits - BASE) & (MODULUS - 1)) + BASE
+    else:
+        # w = 2**32 mod m, centered (|w| <= m/2 <= 2**11): c = high * w + low ≡ n (mod m) is an
+        # integer with |c| < 2**41 + 2**31, exact in float64, fused into an fma or not.
+        # q = round(c * fl(1/m)) by one add of 1.5 * 2**52 (the ulp there is 1): c * fl(1/m) is
+        # within |c| * 2**-53 / m < 2**-11 / m of c / m, and c / m lies at least 1/(2m) from a
+        # half-integer for odd m, or is one (either neighbour then serves) or at least 1/m from
+        # one for even m, so q is c / m rounded to nearest, fused or not, and the exact
+        # v = c - q * m lies in [-m/2, m/2].  Its low 32 bits are those of
+        # high_bits * w + low_bits - q * m in wrapping int32 arithmetic: no float-to-integer
+        # conversion, no more float64 work.  One step by m brings v into the window.
+        w: tl.constexpr = (2**32 % MODULUS) - MODULUS * ((2**32 % MODULUS) > MODULUS // 2)
+        c = high * w + low
+        t = c * tl.full((), 1.0 / MODULUS, tl.float64) + _ROUNDER
+        q = t.to(tl.int64, bitcast=True).to(tl.int32)
+        value = high_bits * w + low_bits - q * MODULUS
+        if BASE > -(MODULUS // 2):
+            value = tl.where(value < BASE, value + MODULUS, value)
+        if BASE + MODULUS - 1 < MODULUS // 2:
+            value = tl.where(value >= BASE + MODULUS, value - MODULUS, value)
+        return value
+
+
+@triton.jit
+def _float_tile(y, out_ptrs, mask, plane_start_ptr, table_ptr, stride_table, stride_plane,
+                MODULI: tl.constexpr, BASES: tl.constexpr, COMPUTED: tl.constexpr):
+    # y = x * 2**shift exactly, |y| < 2**62.  round(y) (ties to even) = high * 2**32 + low with
+    # high = round(y / 2**32) (|high| < 2**30) and low = round(y - high * 2**32): y - high * 2**32
+    # is exact (at most 2**31 in magnitude, a multiple of y's ulp) and shifting by a multiple
+    # of 2**32 keeps the parity that ties round to.  Each rounding adds and subtracts
+    # 1.5 * 2**52, whose sum's low 32 bits are the integer's (modulo 2**32).
+    high_rounded = y * _TWO_TO_MINUS_SPLIT + _ROUNDER
+    high = high_rounded - _ROUNDER
+    low_rounded = (y - high * _TWO_TO_SPLIT) + _ROUNDER
+    low = low_rounded - _ROUNDER
+    high_bits = high_rounded.to(tl.int64, bitcast=True).to(tl.int32)
+    low_bits = low_rounded.to(tl.int64, bitcast=True).to(tl.int32)
+    for g in tl.static_range(len(MODULI)):
+        value = _float_residue(high, low, high_bits, low_bits, MODULI[g], BASES[g])
+        _store_value(value, out_ptrs, mask, g, plane_start_ptr, table_ptr, stride_table, stride_plane, COMPUTED)
+
+
+@triton.jit
+def _integer_tile(x, shift, mask, out_ptrs, pow_ptr, plane_start_ptr, table_ptr, flag_ptr, stride_table,
+                  stride_plane, MODULI: tl.constexpr, BASES: tl.constexpr, COMPUTED: tl.constexpr,
+                  SPLIT_BITS: tl.constexpr, SMALL_POWER: tl.constexpr):
+    # Any tile, non-finite entries and huge powers included.  Once per entry, in int64:
+    # x = ±significand * 2**exponent from the IEEE fields (subnormals: no hidden bit), then the
+    # integer round(|x| * 2**shift) = integer * 2**power.
+    N_MODULI: tl.constexpr = len(MODULI)
     pattern = x.to(tl.int64, bitcast=True)
     biased = ((pattern >> 52) & 0x7FF).to(tl.int32)
     # Exponent field 0x7FF: inf or nan.  Only such entries touch the flag (the launcher raises),
@@ -143,26 +212,58 @@ def _encode_kernel(
     # weight of low) and p = power + SPLIT_BITS (that of high).  power <= max(shift) + 971
     # indexes the table (int32: the launcher checks the table has fewer than 2**31 entries).
     pow_offsets = power * N_MODULI
-    out_ptrs = out_ptr + offs_r[:, None].to(tl.int64) * K + offs_k[None, :]
-    stride_plane = tl.cast(stride_plane, tl.int64)  # planes * rows * K passes 2**31
     # Per modulus, c = high * (2**(power + 32) mod m) + low * (2**power mod m) is congruent to
     # the scaled integer, |c| < 2**31 * 2**12 + 2**32 * 2**12 < 2**45: an integer, exact in
-    # float64, fused into an fma or not.  A tile without tabled lanes (the "fp64" rule's
-    # rows) takes the weights of power 0 and reads no table.  Two loops rather than a branch
-    # per modulus: the gathers may compile to a layout of their own (Triton 3.6), which then
-    # stays in the tabled loop instead of costing every tile a shuffle per modulus.
+    # float64, fused into an fma or not.  A tile without tabled lanes takes the weights of
+    # power 0 and reads no table.  Two loops rather than a branch per modulus: the gathers
+    # may compile to a layout of their own (Triton 3.6), which then stays in the tabled loop
+    # instead of costing every tile a shuffle per modulus.
     if tl.max(tabled.to(tl.int32)) != 0:
         for g in tl.static_range(N_MODULI):
             # Masked: the lanes of small powers read nothing and take the weights of power 0.
             high_weight = tl.load(pow_ptr + pow_offsets + SPLIT_BITS * N_MODULI + g, mask=tabled,
-                                  other=tl.load(split_ptr + g))
+                                  other=(2**SPLIT_BITS) % MODULI[g])
             low_weight = tl.load(pow_ptr + pow_offsets + g, mask=tabled, other=1.0)
-            _store_residue(high * high_weight + low * low_weight, out_ptrs, mask, g, modulus_ptr, inverse_ptr,
-                           center_ptr, plane_start_ptr, table_ptr, stride_table, stride_plane, COMPUTED)
+            value = _integer_residue(high * high_weight + low * low_weight, MODULI[g], BASES[g])
+            _store_value(value, out_ptrs, mask, g, plane_start_ptr, table_ptr, stride_table, stride_plane, COMPUTED)
     else:
         for g in tl.static_range(N_MODULI):
-            _store_residue(high * tl.load(split_ptr + g) + low, out_ptrs, mask, g, modulus_ptr, inverse_ptr,
-                           center_ptr, plane_start_ptr, table_ptr, stride_table, stride_plane, COMPUTED)
+            value = _integer_residue(high * ((2**SPLIT_BITS) % MODULI[g]) + low, MODULI[g], BASES[g])
+            _store_value(value, out_ptrs, mask, g, plane_start_ptr, table_ptr, stride_table, stride_plane, COMPUTED)
+
+
+@triton.jit
+def _encode_kernel(
+    x_ptr, shift_ptr, pow_ptr, plane_start_ptr, table_ptr, out_ptr, flag_ptr,
+    rows, K, stride_xr, stride_xk, stride_table, stride_plane,
+    MODULI: tl.constexpr, BASES: tl.constexpr, COMPUTED: tl.constexpr, FLOAT_TILES: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_BITS: tl.constexpr, SMALL_POWER: tl.constexpr,
+):
+    offs_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    offs_k = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
+    mask = (offs_r[:, None] < rows) & (offs_k[None, :] < K)
+    x = tl.load(x_ptr + offs_r[:, None].to(tl.int64) * stride_xr + offs_k[None, :].to(tl.int64) * stride_xk,
+                mask=mask, other=0.0)
+    shift = tl.load(shift_ptr + offs_r, mask=offs_r < rows, other=0)  # int32, |shift| <= MAX_SHIFT
+    out_ptrs = out_ptr + offs_r[:, None].to(tl.int64) * K + offs_k[None, :]
+    stride_plane = tl.cast(stride_plane, tl.int64)  # planes * rows * K passes 2**31
+    if FLOAT_TILES:
+        # The common tile: every entry finite and scaled below 2**62 (every row of the "fp64"
+        # and "fixed" rules' plans) takes the float path, a quarter of the integer path's
+        # instructions.  y = x * 2**shift is exact (|shift| <= FLOAT_SHIFT: two powers of two
+        # in the normal range; where the first product underflows, |y| < 1/2 and the
+        # rounding of y is 0 either way), or inf; a nan or inf fails the test.
+        first, second = ldexp_factors(shift)
+        y = x * first[:, None] * second[:, None]
+        if tl.min((tl.abs(y) < _FLOAT_TILE_BOUND).to(tl.int32)) != 0:
+            _float_tile(y, out_ptrs, mask, plane_start_ptr, table_ptr, stride_table, stride_plane, MODULI, BASES,
+                        COMPUTED)
+        else:
+            _integer_tile(x, shift, mask, out_ptrs, pow_ptr, plane_start_ptr, table_ptr, flag_ptr, stride_table,
+                          stride_plane, MODULI, BASES, COMPUTED, SPLIT_BITS, SMALL_POWER)
+    else:
+        _integer_tile(x, shift, mask, out_ptrs, pow_ptr, plane_start_ptr, table_ptr, flag_ptr, stride_table,
+                      stride_plane, MODULI, BASES, COMPUTED, SPLIT_BITS, SMALL_POWER)
 
 
 @lru_cache(maxsize=8)
@@ -191,13 +292,10 @@ class _EncodingTables(NamedTuple):
     """What a launch for one list of encodings and one side reads besides the data, on its device."""
 
     moduli: tuple[int, ...]
+    bases: tuple[int, ...]  # each modulus' window [base, base + m) of the values the kernel computes
     computed: bool  # every plane stores its input: the kernel computes the values, no table
     out_dtype: torch.dtype
     plane_count: int
-    modulus: torch.Tensor
-    inverse: torch.Tensor
-    center: torch.Tensor
-    split: torch.Tensor
     plane_start: torch.Tensor
     table: torch.Tensor
 
@@ -215,7 +313,7 @@ def _encoding_tables(encodings: tuple, side: str, device: torch.device) -> _Enco
     # the residue in [0, m) and looks the planes up in tables indexed by it: column j holds
     # what each plane stores for the input congruent to j in [low, low + m).
     computed = all(_is_identity(t, low, m) for t, low, m in zip(plane_tables, lows, moduli))
-    bases = lows if computed else [0] * len(moduli)
+    bases = tuple(lows) if computed else (0,) * len(moduli)
     width = max(moduli)
     out_dtype = torch.int8 if fits_int8 else torch.int16
     table = torch.cat([torch.nn.functional.pad(torch.tensor(t, dtype=torch.int64)[:, [(j - low) % m for j in range(m)]],
@@ -224,19 +322,17 @@ def _encoding_tables(encodings: tuple, side: str, device: torch.device) -> _Enco
     plane_start = [0]
     for t in plane_tables:
         plane_start.append(plane_start[-1] + len(t))
-    # The window [base, base + m) of each modulus' values: its center z = base + (m - 1)/2
-    # enters as fl(-z/m) (Python's division is correctly rounded).
-    centers = [-(base + (m - 1) / 2) / m for base, m in zip(bases, moduli)]
+    return _EncodingTables(moduli, bases, computed, out_dtype, plane_start[-1],
+                           torch.tensor(plane_start, dtype=torch.int32, device=device),
+                           table.to(device=device, dtype=out_dtype))
 
-    def column(values, dtype):
-        return torch.tensor(values, dtype=dtype, device=device)
 
-    return _EncodingTables(
-        moduli, computed, out_dtype, plane_start[-1], column(moduli, torch.float64),
-        column([1.0 / m for m in moduli], torch.float64), column(centers, torch.float64),
-        column([2**_SPLIT_BITS % m for m in moduli], torch.float64), column(plane_start, torch.int32),
-        table.to(device=device, dtype=out_dtype),
-    )
+def _float_tiles(moduli: Sequence[int], bases: Sequence[int], span: tuple[int, int]) -> bool:
+    """Whether a launch may take the float path for its tiles of small scaled entries: the
+    shifts within ldexp_factors' exact range, and each window where one step by m takes the
+    float path's v in [-m/2, m/2] (_float_residue): m//2 - 2m < base <= m - m//2."""
+    return (_FLOAT_SHIFTS[0] <= span[0] and span[1] <= _FLOAT_SHIFTS[1]
+            and all(m // 2 - 2 * m < base <= m - m // 2 for m, base in zip(moduli, bases)))
 
 
 def shift_range(*shifts: torch.Tensor) -> tuple[int, int]:
@@ -252,14 +348,15 @@ def shift_range(*shifts: torch.Tensor) -> tuple[int, int]:
 
 def encode_planes(x: torch.Tensor, shift: torch.Tensor, encodings: Sequence, side: str, *,
                   span: tuple[int, int] | None = None, known_finite: bool = False,
-                  block: tuple[int, int] = ENCODE_BLOCK, num_warps: int = ENCODE_WARPS) -> torch.Tensor:
+                  block: tuple[int, int] | None = None, num_warps: int | None = None) -> torch.Tensor:
     """Digit planes ``[sum of plane counts, ..., rows, K]`` of the integers
     round(x * 2**shift) (ties to even, one shift per row), for each residue encoding in turn
     (int8 when every plane value fits, else int16).  ``x`` is float64 ``[..., rows, K]``, any
     strides (for B pass Bᵀ: rows are B's columns); ``shift`` is int64 ``[..., rows]`` with
     |shift| <= MAX_SHIFT, normally ``ozaki.scaling.row_shifts(x, bits)``; ``side`` is "a" or "b".
     ``block`` (BLOCK_R, BLOCK_K, powers of two) and ``num_warps`` change the speed, never the
-    result.  An inf or nan in x raises ValueError (found by the kernel, after the launch).
+    result (default: :data:`ENCODE_LAUNCHES` for x's unit-stride axis).  An inf or nan in x
+    raises ValueError (found by the kernel, after the launch).
 
     Each of those checks reads the device: ``span``, a (lowest, highest) that holds every
     entry of ``shift`` (:func:`shift_range` of it, or of the shifts it is a block of), and
@@ -284,7 +381,7 @@ def encode_planes(x: torch.Tensor, shift: torch.Tensor, encodings: Sequence, sid
         if encoding.modulus is None or not 2 <= encoding.modulus <= MAX_MODULUS:
             raise ValueError(f"encoding {encoding.name} is no residue encoding with a modulus in [2, {MAX_MODULUS}] "
                              "(the float64 residue step is exact only up to there)")
-    if len(block) != 2 or any(b < 1 or b & (b - 1) for b in block):
+    if block is not None and (len(block) != 2 or any(b < 1 or b & (b - 1) for b in block)):
         raise ValueError(f"block must be two powers of two (BLOCK_R, BLOCK_K), got {block}")
 
     tables = _encoding_tables(tuple(encodings), side, x.device)
@@ -295,6 +392,8 @@ def encode_planes(x: torch.Tensor, shift: torch.Tensor, encodings: Sequence, sid
     if out.numel() == 0:
         return out
     flat = x.reshape(rows, k)  # a view for any 2-D input: Bᵀ is read in place
+    default_block, default_warps = ENCODE_LAUNCHES["k" if flat.stride(1) == 1 else "rows"]
+    block, num_warps = block or default_block, num_warps or default_warps
     # Every scaled integer is integer * 2**power with power <= max(shift) + 971; the kernel
     # also reads 2**(power + SPLIT_BITS) mod m.
     count = max(highest + _TOP_ULP_EXPONENT, 0) + 1 + _SPLIT_BITS
@@ -306,34 +405,38 @@ def encode_planes(x: torch.Tensor, shift: torch.Tensor, encodings: Sequence, sid
     flag = torch.zeros(1, dtype=torch.int32, device=x.device)
     grid = (triton.cdiv(rows, block[0]), triton.cdiv(k, block[1]))
     _encode_kernel[grid](
-        flat, shift.reshape(rows).to(torch.int32), tables.modulus, tables.inverse, tables.center, tables.split,
-        powers, tables.plane_start, tables.table, out, flag,
+        flat, shift.reshape(rows).to(torch.int32), powers, tables.plane_start, tables.table, out, flag,
         rows, k, flat.stride(0), flat.stride(1), tables.table.stride(0), rows * k,
-        N_MODULI=len(moduli), COMPUTED=tables.computed, BLOCK_R=block[0], BLOCK_K=block[1], SPLIT_BITS=_SPLIT_BITS,
-        SMALL_POWER=_SMALL_POWER, num_warps=num_warps,
+        MODULI=moduli, BASES=tables.bases, COMPUTED=tables.computed,
+        FLOAT_TILES=_float_tiles(moduli, tables.bases, (lowest, highest)), BLOCK_R=block[0], BLOCK_K=block[1],
+        SPLIT_BITS=_SPLIT_BITS, SMALL_POWER=_SMALL_POWER, num_warps=num_warps,
     )
     if not known_finite and int(flag):
         raise ValueError("x holds inf or nan: only finite rows can be scaled to integers")
     return out
 
 
-def compile_ptx(capability: int = 90, operand: str = "a", computed: bool = True, n_moduli: int = 16) -> str:
-    """PTX of the encode kernel on ``sm_<capability>``, compiled without a GPU as a launch at
-    n = 16384 specializes it (16-byte aligned data, sizes and strides multiples of 16) for int8
-    planes and the operand's unit stride: "a" reads K contiguous (rows of A), "b" rows
-    contiguous (Bᵀ).  ``computed``: every plane stores its input (int8 plans), else planes
-    come from tables.  Needs a process without ``TRITON_INTERPRET=1`` (see
+def compile_ptx(moduli: Sequence[int], capability: int = 90, operand: str = "a", computed: bool = True,
+                float_tiles: bool = True) -> str:
+    """PTX of the encode kernel for ``moduli`` on ``sm_<capability>``, compiled without a GPU as
+    a launch at n = 16384 specializes it (16-byte aligned data, sizes and strides multiples of
+    16) for int8 planes and the operand's unit stride, with its default launch: "a" reads K
+    contiguous (rows of A), "b" rows contiguous (Bᵀ).  ``computed``: every plane stores its input, in the balanced window
+    [-(m//2), m - m//2) (int8 plans), else planes come from tables.  ``float_tiles``: shifts
+    that allow the float path.  Needs a process without ``TRITON_INTERPRET=1`` (see
     :func:`kernels.ptx.compile_kernel`)."""
     unit, other = {"a": ("stride_xk", "stride_xr"), "b": ("stride_xr", "stride_xk")}.get(operand, (None, None))
     if unit is None:
         raise ValueError(f"operand must be 'a' or 'b', got {operand!r}")
-    pointers = {"x_ptr": "*fp64", "shift_ptr": "*i32", "modulus_ptr": "*fp64", "inverse_ptr": "*fp64",
-                "center_ptr": "*fp64", "split_ptr": "*fp64", "pow_ptr": "*fp64", "plane_start_ptr": "*i32",
+    moduli = tuple(moduli)
+    block, warps = ENCODE_LAUNCHES["k" if operand == "a" else "rows"]
+    pointers = {"x_ptr": "*fp64", "shift_ptr": "*i32", "pow_ptr": "*fp64", "plane_start_ptr": "*i32",
                 "table_ptr": "*i8", "out_ptr": "*i8", "flag_ptr": "*i32"}
-    constexprs = {"N_MODULI": n_moduli, "COMPUTED": computed, "BLOCK_R": ENCODE_BLOCK[0],
-                  "BLOCK_K": ENCODE_BLOCK[1], "SPLIT_BITS": _SPLIT_BITS, "SMALL_POWER": _SMALL_POWER, unit: 1}
+    constexprs = {"MODULI": moduli, "BASES": tuple(-(m // 2) if computed else 0 for m in moduli),
+                  "COMPUTED": computed, "FLOAT_TILES": float_tiles, "BLOCK_R": block[0], "BLOCK_K": block[1],
+                  "SPLIT_BITS": _SPLIT_BITS, "SMALL_POWER": _SMALL_POWER, unit: 1}
     signature = {name: pointers.get(name, "i32") for name in _encode_kernel.arg_names}
     signature.update({name: "constexpr" for name in constexprs})
     divisible = [*pointers, "rows", "K", other, "stride_plane"]
     return ptx.compile_ptx(_encode_kernel, signature, constexprs, divisible=divisible, capability=capability,
-                           num_warps=ENCODE_WARPS)
+                           num_warps=warps)

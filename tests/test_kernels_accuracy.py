@@ -17,6 +17,7 @@ from test_kernels_scaling import _family as _extents_family
 from test_pipeline import fused_path  # noqa: F401  (a fixture)
 
 import kernels.accuracy
+import kernels.scaling
 import ozaki
 import ozaki.catalog
 from kernels.accuracy import (least_quotients_kernel, lower_codes_kernel, reference_least_quotients,
@@ -92,6 +93,32 @@ def test_any_config_gives_the_same_codes_and_sums(config, layout):
     window = top - 9
     assert torch.equal(lower_codes_kernel(x, window, padded, **CONFIGS[config]),
                        reference_lower_codes(x, window, padded))
+
+
+def test_upper_pass_splits_k_where_its_float64_sums_would_round(monkeypatch):
+    # A program sums its chunk of K in float64 integers, exact up to _EXACT_CHUNK entries per
+    # row (2^21 at 2^16 levels): a longer chunk, asked for or not, is split over more programs.
+    # Lowered here so that rows of the test's length cross it: every launch's chunk stays
+    # within it and the sums stay the reference's.
+    monkeypatch.setattr(kernels.accuracy, "_EXACT_CHUNK", 64)
+    launched = []
+    kernel = kernels.accuracy._codes_kernel
+
+    class Spy:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                launched.append(args[14])  # k_chunk
+                return kernel[grid](*args, **kwargs)
+            return launch
+
+    monkeypatch.setattr(kernels.accuracy, "_codes_kernel", Spy())
+    x = _layout(_family(np.random.default_rng(12), (5, 1000), "phi4"), "rows")
+    top, levels, _ = _read(x)
+    for chunks in (None, 1):
+        assert _same_reading(upper_reading_kernel(x, top, levels, block=(16, 8), chunks=chunks),
+                             reference_upper_reading(x, top, levels))
+    assert kernels.scaling.chunked_grid(5, 1000, (16, 8), 1)[1] > 64  # one chunk alone would pass it
+    assert len(launched) == 2 and max(launched) <= 64
 
 
 @settings(max_examples=30, deadline=None)

@@ -255,7 +255,7 @@ def test_accuracy_passes_read_in_vectors_and_round_as_torch_without_spills(tmp_p
 
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET", "0") in ("", "0"), reason="a refusal of the interpreter only")
 def test_compiling_under_the_interpreter_raises_clearly():
-    for compile_ptx in (scaling.compile_ptx, accuracy.compile_ptx, residues.compile_ptx,
+    for compile_ptx in (scaling.compile_ptx, accuracy.compile_ptx, lambda: residues.compile_ptx([7, 8, 9]),
                         lambda: crt.compile_ptx([7, 8, 9]),
                         lambda: plane_gemm_ptx("int8", 90, VARIANTS["int8-pointer"][2]),
                         lambda: plane_gemm_ptx("int8", 90, VARIANTS["int8-gluon"][2])):

@@ -191,6 +191,30 @@ def test_powers_on_both_sides_of_the_table_threshold(encodings):
             assert torch.equal(got, _exact_planes(operand, shift, encodings, "a")), shift
 
 
+@pytest.mark.parametrize("kind", ["phi", "subnormal", "wide", "ties", "extremes", "integers"])
+def test_float_and_integer_tiles_write_the_same_planes(kind, monkeypatch):
+    # Tiles of small scaled entries take the float path unless the launch's shifts or windows
+    # rule it out; forcing every tile onto the integer path changes no bit, for rows kept at
+    # 60 bits (all float tiles) and at their lossless width (wide rows: integer tiles too).
+    rng = np.random.default_rng(zlib.crc32(kind.encode()))
+    x = rows(rng, (37, 150), kind)
+    for bits in (fixed_bits(x, 60), exact_bits(x)):
+        shift = row_shifts(x, bits)
+        for encodings in (INT8, WIDE, FP8):
+            with_float = encode_planes(x, shift, encodings, "a")
+            with monkeypatch.context() as patch:
+                patch.setattr(kernels.residues, "_float_tiles", lambda *args: False)
+                assert torch.equal(encode_planes(x, shift, encodings, "a"), with_float), (kind, encodings[0].name)
+    # The float path's windows: one step by m from [-m/2, m/2] must land in [base, base + m).
+    assert kernels.residues._float_tiles([7, 8], [-3, -4], (0, 60))
+    assert kernels.residues._float_tiles([7, 8], [0, 0], (-2044, 2046))
+    assert kernels.residues._float_tiles([7], [4], (0, 60)) and kernels.residues._float_tiles([7], [-10], (0, 60))
+    assert not kernels.residues._float_tiles([7], [5], (0, 60))
+    assert not kernels.residues._float_tiles([7], [-11], (0, 60))
+    assert not kernels.residues._float_tiles([7], [0], (-2045, 60))
+    assert not kernels.residues._float_tiles([7], [0], (0, 2047))
+
+
 @pytest.mark.parametrize("block, num_warps", [((1, 32), 1), ((4, 64), 2), ((32, 64), 8), ((16, 256), 4)])
 def test_tile_and_warps_change_no_bit(block, num_warps):
     rng = np.random.default_rng(8)
@@ -284,8 +308,10 @@ def test_product_encodings_are_refused():
 _PTX_SCRIPT = """
 import json, sys
 from kernels.residues import compile_ptx
-json.dump({f"{operand}-{computed}": compile_ptx(90, operand, computed)
-           for operand in "ab" for computed in (True, False)}, open(sys.argv[1], "w"))
+from ozaki import catalog
+moduli = [m for m, _ in catalog.plan("fp64-int8-k16384").moduli]
+json.dump({f"{operand}-{computed}-{float_tiles}": compile_ptx(moduli, 90, operand, computed, float_tiles)
+           for operand in "ab" for computed in (True, False) for float_tiles in (True, False)}, open(sys.argv[1], "w"))
 """
 
 
@@ -313,7 +339,7 @@ def test_kernel_compiles_for_sm90_to_exact_float_residues(tmp_path):
             assert forbidden not in ptx, (name, forbidden)
         # The non-finite check is in the kernel: a relaxed max on the flag, for flagged lanes only.
         assert re.search(r"(atom|red)\.global\.gpu\.relaxed\.max\.s32", ptx), name
-    # A's int8 planes leave in vector stores of all a thread's bytes of a row (8 with the
-    # default launch's 8 entries per thread), not byte by byte.
-    ptx_a = json.loads((tmp_path / "ptx.json").read_text())["a-True"]
-    assert re.search(r"st\.global\.v[24]\.b32", ptx_a) and not re.search(r"st\.global\.(u|b|s)8\b", ptx_a)
+    # A's int8 planes leave in one store of all a thread's bytes of a row (4 with the default
+    # launch's 4 entries per thread: a 32-bit word), not byte by byte.
+    ptx_a = json.loads((tmp_path / "ptx.json").read_text())["a-True-True"]
+    assert re.search(r"st\.global(\.v[24])?\.b32", ptx_a) and not re.search(r"st\.global\.(u|b|s)8\b", ptx_a)

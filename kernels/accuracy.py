@@ -82,10 +82,11 @@ UPPER_BLOCKS = {"k": (64, 16), "rows": (8, 128)}
 LOWER_BLOCK = (64, 16)
 CODES_WARPS = 4
 # Rows x columns of G per program of the quotient pass: each program writes its tile's
-# minima per row and per column, which torch's amin finishes over the tiles.  16 entries per
-# thread keep G and both sides' quotients in registers.
-QUOTIENTS_BLOCK = (64, 64)
-QUOTIENTS_WARPS = 8
+# minima per row and per column, which torch's amin finishes over the tiles.  The fastest of
+# eight on the H200 at n = 16384 (1.127 → 0.675 ms against 64 x 64 with 8 warps;
+# benchmarks/kernels.md, "Float tiles in the encode").
+QUOTIENTS_BLOCK = (128, 32)
+QUOTIENTS_WARPS = 4
 # The upper pass sums in float64 integers: a program's chunk of K holds at most this many
 # entries of a row, so that its sum of squared codes (each at most 2^(2·D_U) = 2^32) stays
 # within 2^53, exact.

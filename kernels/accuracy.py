@@ -84,7 +84,7 @@ CODES_WARPS = 4
 # Rows x columns of G per program of the quotient pass: each program writes its tile's
 # minima per row and per column, which torch's amin finishes over the tiles.  The fastest of
 # eight on the H200 at n = 16384 (1.127 → 0.675 ms against 64 x 64 with 8 warps;
-# benchmarks/kernels.md, "Float tiles in the encode").
+# benchmarks/kernels.md, "Float tiles in the encode, float64 sums in the upper pass").
 QUOTIENTS_BLOCK = (128, 32)
 QUOTIENTS_WARPS = 4
 # The upper pass sums in float64 integers: a program's chunk of K holds at most this many

@@ -98,10 +98,10 @@ _UPPER_LEVELS = tl.constexpr(UPPER_LEVELS)
 # the sum x + 1.5·2^52 is x rounded to an integer n (ties to even), exactly 1.5·2^52 + n,
 # whose pattern is 0x4338… + n.
 _MAGIC = tl.constexpr(1.5 * 2**52)
+_MAGIC_BITS = tl.constexpr(0x4338000000000000)
 # float64's exponent bias and fraction width: 2^e has the bit pattern (e + bias) << 52.
 _EXPONENT_BIAS = tl.constexpr(EXPONENT_BIAS)
 _FRACTION_BITS = tl.constexpr(FRACTION_BITS)
-_MAGIC_BITS = tl.constexpr(0x4338000000000000)
 
 
 @triton.jit

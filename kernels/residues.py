@@ -4,13 +4,14 @@ Each tile takes one of two paths to the residues of round(x * 2**shift) (ties to
 both give the same integers:
 
 * Float tiles, where every entry is finite and |y| = |x * 2**shift| < 2**62 (every tile of
-  the "fp64" and "fixed" rules' plans): y is formed exactly by two multiplications by powers
-  of two, and round(y) = high * 2**32 + low with float64 integers |high| < 2**30 and
-  |low| <= 2**31, each rounded by adding and subtracting 1.5 * 2**52.  Per modulus m, one
-  integer c = high * (2**32 mod m) + low and the quotient q = round(c / m) cost two float64
-  multiply-adds; the residue c - q * m itself is formed in int32 from the bit patterns of
-  high, low and q (it is small, so its low 32 bits are all of it), and a power of two m
-  needs only low's bits.  About 36 float64 operations per entry for 16 moduli.
+  rows kept to at most 62 bits, as the "fp64" rule's int8 plans keep them): y is formed
+  exactly by two multiplications by powers of two, and round(y) = high * 2**32 + low with
+  float64 integers |high| < 2**30 and |low| <= 2**31, each rounded by adding and
+  subtracting 1.5 * 2**52.  Per modulus m, one integer c = high * (2**32 mod m) + low and
+  the quotient q = round(c / m) cost two float64 multiply-adds; the residue c - q * m itself
+  is formed in int32 from the bit patterns of high, low and q (it is small, so its low 32
+  bits are all of it), and a power of two m needs only low's bits.  About 37 float64
+  operations per entry for 16 moduli.
 * Integer tiles (non-finite entries, or scaled values past 2**62, as the "exact" rule's wide
   rows have): the integer n * 2**p with |n| < 2**53 and p >= 0 from the float64 bit pattern
   in int64.  A small p (up to 10) goes into n itself; a larger one is looked up per modulus in
@@ -52,8 +53,8 @@ __all__ = ["ENCODE_LAUNCHES", "MAX_MODULUS", "MAX_SHIFT", "compile_ptx", "encode
 # Rows x K per program and warps per program, by the input's unit-stride axis ("k": rows of
 # A; "rows": Bᵀ read in place): the kernel is elementwise, so any power-of-two tile is
 # correct; encode_planes takes others (block=, num_warps=) for a sweep on the GPU.  The
-# fastest of nine for each operand on the H200 at n = 16384 (benchmarks/kernels.md, "Encode
-# and decode").
+# fastest of nine for each operand on the H200 at n = 16384 (benchmarks/kernels.md, "Float
+# tiles in the encode, float64 sums in the upper pass").
 ENCODE_LAUNCHES = {"k": ((4, 128), 4), "rows": ((8, 128), 4)}
 # The residue step keeps |c| < 2**45 and rounds c/m within 1/(2m) (see _encode_kernel).
 MAX_MODULUS = 2**12
@@ -248,9 +249,10 @@ def _encode_kernel(
     out_ptrs = out_ptr + offs_r[:, None].to(tl.int64) * K + offs_k[None, :]
     stride_plane = tl.cast(stride_plane, tl.int64)  # planes * rows * K passes 2**31
     if FLOAT_TILES:
-        # The common tile: every entry finite and scaled below 2**62 (every row of the "fp64"
-        # and "fixed" rules' plans) takes the float path, a quarter of the integer path's
-        # instructions.  y = x * 2**shift is exact (|shift| <= FLOAT_SHIFT: two powers of two
+        # The common tile: every entry finite and scaled below 2**62 (rows of at most 62 bits,
+        # as the "fp64" rule's int8 plans keep them) takes the float path, about 37 float64
+        # operations per entry for 16 moduli against the integer path's 96 and its int64
+        # prologue.  y = x * 2**shift is exact (shifts within _FLOAT_SHIFTS: two powers of two
         # in the normal range; where the first product underflows, |y| < 1/2 and the
         # rounding of y is 0 either way), or inf; a nan or inf fails the test.
         first, second = ldexp_factors(shift)
@@ -421,9 +423,9 @@ def compile_ptx(moduli: Sequence[int], capability: int = 90, operand: str = "a",
     """PTX of the encode kernel for ``moduli`` on ``sm_<capability>``, compiled without a GPU as
     a launch at n = 16384 specializes it (16-byte aligned data, sizes and strides multiples of
     16) for int8 planes and the operand's unit stride, with its default launch: "a" reads K
-    contiguous (rows of A), "b" rows contiguous (Bᵀ).  ``computed``: every plane stores its input, in the balanced window
-    [-(m//2), m - m//2) (int8 plans), else planes come from tables.  ``float_tiles``: shifts
-    that allow the float path.  Needs a process without ``TRITON_INTERPRET=1`` (see
+    contiguous (rows of A), "b" rows contiguous (Bᵀ).  ``computed``: every plane stores its
+    input, in the balanced window [-(m//2), m - m//2) (int8 plans), else planes come from
+    tables.  ``float_tiles``: shifts that allow the float path.  Needs a process without ``TRITON_INTERPRET=1`` (see
     :func:`kernels.ptx.compile_kernel`)."""
     unit, other = {"a": ("stride_xk", "stride_xr"), "b": ("stride_xr", "stride_xk")}.get(operand, (None, None))
     if unit is None:

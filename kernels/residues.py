@@ -132,11 +132,11 @@ def _float_residue(high, low, high_bits, low_bits, MODULUS: tl.constexpr, BASE: 
     else:
         # w = 2**32 mod m, centered (|w| <= m/2 <= 2**11): c = high * w + low ≡ n (mod m) is an
         # integer with |c| < 2**41 + 2**31, exact in float64, fused into an fma or not.
-        # q = round(c * fl(1/m)) by one add of 1.5 * 2**52 (the ulp there is 1): c * fl(1/m) is
-        # within |c| * 2**-53 / m < 2**-11 / m of c / m, and c / m lies at least 1/(2m) from a
-        # half-integer for odd m, or is one (either neighbour then serves) or at least 1/m from
-        # one for even m, so q is c / m rounded to nearest, fused or not, and the exact
-        # v = c - q * m lies in [-m/2, m/2].  Its low 32 bits are those of
+        # q = round(c * fl(1/m)) by one add of 1.5 * 2**52 (the ulp there is 1): c * fl(1/m),
+        # rounded or not before the add (fused or not), is within 2 * |c| * 2**-53 / m
+        # < 2**-10 / m of c / m, and c / m lies at least 1/(2m) from a half-integer for odd m,
+        # or is one (either neighbour then serves) or lies at least 1/m from one for even m,
+        # so q is c / m rounded to nearest and the exact v = c - q * m lies in [-m/2, m/2].  Its low 32 bits are those of
         # high_bits * w + low_bits - q * m in wrapping int32 arithmetic: no float-to-integer
         # conversion, no more float64 work.  One step by m brings v into the window.
         w: tl.constexpr = (2**32 % MODULUS) - MODULUS * ((2**32 % MODULUS) > MODULUS // 2)

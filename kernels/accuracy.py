@@ -43,10 +43,12 @@ from kernels import ptx, scaling
 from kernels.crt import ldexp_factors
 from kernels.float64 import EXPONENT_BIAS, FLOAT64_EXACT, FRACTION_BITS
 
-__all__ = ["CODES_WARPS", "CODE_LEVELS", "CODE_MAX", "LOWER_BLOCK", "QUOTIENTS_BLOCK", "QUOTIENTS_WARPS",
-           "UPPER_BLOCKS", "UPPER_CODE_MAX", "UPPER_LEVELS", "UPPER_MAX_K", "UpperReading", "compile_ptx",
-           "least_quotients_kernel", "lower_codes_kernel", "reference_least_quotients", "reference_lower_codes",
-           "reference_upper_reading", "upper_reading_kernel"]
+__all__ = ["CODES_WARPS", "CODE_LEVELS", "CODE_MAX", "LINES_BLOCK", "LINES_WARPS", "LOWER_BLOCK", "QUOTIENTS_BLOCK",
+           "QUOTIENT_MARGIN", "QUOTIENTS_WARPS", "UNBOUNDED", "UPPER_BLOCKS",
+           "UPPER_CODE_MAX", "UPPER_LEVELS", "UPPER_MAX_K", "UpperReading", "WINDOW_LIFT", "compile_ptx",
+           "least_quotients_kernel", "levels_kernel", "lower_codes_kernel", "reference_least_quotients",
+           "reference_levels", "reference_lower_codes", "reference_upper_reading", "reference_window_tops",
+           "upper_reading_kernel", "window_tops_kernel"]
 
 # D: the lower codes count in units of 2^(r − D) up to int8's 127.
 CODE_LEVELS = 7
@@ -316,6 +318,98 @@ def least_quotients_kernel(g: torch.Tensor, sums_a: torch.Tensor, offset_a: torc
     return least_a.amin(dim=0), least_b.amin(dim=0)
 
 
+# The per-line steps between the passes -------------------------------------------------------
+#
+# Between the passes the rule computes a few integers per line (row of A, column of B): the
+# window tops from U and the levels from the least quotients.  In torch each is some ten
+# elementwise launches per side over short vectors, paid in host time while the device waits
+# for the next pass; here each is one launch per side, of the same operations on the same
+# values (exact integers, and one float64 product and frexp for the levels), so the same
+# integers as ``ozaki.accuracy``'s torch path.
+
+# Lines per program: one line per thread of 4 warps.
+LINES_BLOCK = 128
+LINES_WARPS = 4
+# The window of the lower codes sits 2^3 above a row's mean magnitude bound (ozaki.accuracy).
+WINDOW_LIFT = 3
+# The level of a line that no lower bound of |A||B| reaches: beyond every lossless width
+# (2^1024 down to 2^-1074 spans under 2100 bits), so it keeps its lossless width.
+UNBOUNDED = 1 << 20
+# The quotient G·fl(1/U) is at most (1 + 2^-53)² times G/U (two roundings, where the product
+# is normal) and its frexp could round up past a power of two: this margin keeps 2^e ≤ G/U.
+QUOTIENT_MARGIN = 1.0 - 2.0**-50
+_WINDOW_LIFT = tl.constexpr(WINDOW_LIFT)
+_UNBOUNDED = tl.constexpr(UNBOUNDED)
+_QUOTIENT_MARGIN = tl.constexpr(QUOTIENT_MARGIN)
+_CARRY_BITS = tl.constexpr(FRACTION_BITS + 1)
+
+
+@triton.jit
+def _window_tops_kernel(top_ptr, sums_ptr, window_ptr, offset_ptr, lines, levels, k_bits, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < lines
+    top = tl.load(top_ptr + offs, mask=mask, other=0)
+    sums = tl.load(sums_ptr + offs, mask=mask, other=0)
+    # U < 2^53 is exact as float64, whose frexp exponent is U's bit length.
+    bit_length = tl.where(sums > 0, scaling.frexp_exponent(sums.to(tl.float64)), 0)
+    window = tl.minimum(top - levels + bit_length - k_bits + 1 + _WINDOW_LIFT, top)
+    tl.store(window_ptr + offs, window, mask=mask)
+    tl.store(offset_ptr + offs, window - top, mask=mask)
+
+
+def window_tops_kernel(top: torch.Tensor, sums: torch.Tensor, k: int, levels: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per line, the window top r = min(t − W + bit_length(U) − bit_length(K) + 1 + 3, t) of
+    its lower codes (``ozaki.accuracy``), and r − t, int64, from its top t and upper sum U
+    (int64, 0 ≤ U < 2^53) with W = ``levels``: one launch."""
+    _check_lines(top=top, sums=sums)
+    if int(k) < 0 or int(k).bit_length() > 62 or levels < 0:
+        raise ValueError(f"k = {k} and levels = {levels} must be non-negative (K below 2^62)")
+    window, offset = torch.empty_like(top), torch.empty_like(top)
+    if top.numel():
+        _window_tops_kernel[(triton.cdiv(top.numel(), LINES_BLOCK),)](
+            top, sums, window, offset, top.numel(), levels, int(k).bit_length(), BLOCK=LINES_BLOCK,
+            num_warps=LINES_WARPS)
+    return window, offset
+
+
+@triton.jit
+def _levels_kernel(least_ptr, top_ptr, window_ptr, level_ptr, lines, base, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < lines
+    least = tl.load(least_ptr + offs, mask=mask, other=0.0) * _QUOTIENT_MARGIN
+    line_base = base + tl.load(top_ptr + offs, mask=mask, other=0) - tl.load(window_ptr + offs, mask=mask, other=0)
+    # 2^e ≤ least with e one under its frexp exponent; below 53 bits one more for the carry.
+    level = line_base - (scaling.frexp_exponent(least) - 1)
+    level = tl.minimum(tl.maximum(tl.where(level < _CARRY_BITS, level + 1, level), 0), _UNBOUNDED)
+    level = tl.where(least == 0, _UNBOUNDED, tl.where(least == float("inf"), 0, level))
+    tl.store(level_ptr + offs, level, mask=mask)
+
+
+def levels_kernel(least: torch.Tensor, top: torch.Tensor, window_top: torch.Tensor, base: int) -> torch.Tensor:
+    """Per line, the bits p = base + t − r − e it needs at guard 0 (one more below 53 bits, for
+    the rounding carry; clamped to [0, UNBOUNDED]), with 2^e ≤ ``least``·(1 − 2^-50) < 2^(e+1)
+    (the least quotient, :func:`least_quotients_kernel`, over the whole product); UNBOUNDED
+    where it is 0, 0 where it is inf (``ozaki.accuracy``'s levels): one launch.  ``top`` and
+    ``window_top`` are the lines' t and r (int64)."""
+    _check_lines(top=top, window_top=window_top)
+    if not isinstance(least, torch.Tensor) or least.dtype != torch.float64 or least.shape != top.shape:
+        raise ValueError(f"least must be float64 of shape {tuple(top.shape)}")
+    level = torch.empty_like(top)
+    if top.numel():
+        _levels_kernel[(triton.cdiv(top.numel(), LINES_BLOCK),)](
+            least, top, window_top, level, top.numel(), base, BLOCK=LINES_BLOCK, num_warps=LINES_WARPS)
+    return level
+
+
+def _check_lines(**lines: torch.Tensor) -> None:
+    first = next(iter(lines.values()))
+    for name, line in lines.items():
+        if (not isinstance(line, torch.Tensor) or line.dtype != torch.int64 or line.dim() != 1
+                or line.shape != first.shape or line.device != first.device or not line.is_contiguous()):
+            raise ValueError(f"{name} must be a contiguous 1-D int64 tensor like {next(iter(lines))}, got "
+                             f"{getattr(line, 'dtype', type(line).__name__)} {tuple(getattr(line, 'shape', ()))}")
+
+
 # Plain references, from the definitions, in Python integers and floats (small inputs) ------
 
 
@@ -361,6 +455,27 @@ def reference_least_quotients(g: torch.Tensor, sums_a: torch.Tensor, offset_a: t
                    default=math.inf) for j in range(len(u_b))]
     return (torch.tensor(least_a, dtype=torch.float64, device=g.device),
             torch.tensor(least_b, dtype=torch.float64, device=g.device))
+
+
+def reference_window_tops(top: torch.Tensor, sums: torch.Tensor, k: int, levels: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """What :func:`window_tops_kernel` computes, from the definition in Python's integers."""
+    window = [min(t - levels + u.bit_length() - int(k).bit_length() + 1 + WINDOW_LIFT, t)
+              for t, u in zip(top.tolist(), sums.tolist())]
+    offset = [r - t for r, t in zip(window, top.tolist())]
+    return tuple(torch.tensor(line, dtype=torch.int64, device=top.device) for line in (window, offset))
+
+
+def reference_levels(least: torch.Tensor, top: torch.Tensor, window_top: torch.Tensor, base: int) -> torch.Tensor:
+    """What :func:`levels_kernel` computes, from the definition in Python's floats and integers."""
+    levels = []
+    for value, t, r in zip(least.tolist(), top.tolist(), window_top.tolist()):
+        value *= QUOTIENT_MARGIN
+        if value == 0 or math.isinf(value):
+            levels.append(UNBOUNDED if value == 0 else 0)
+            continue
+        level = base + t - r - (math.frexp(value)[1] - 1)
+        levels.append(min(max(level + 1 if level < FRACTION_BITS + 1 else level, 0), UNBOUNDED))
+    return torch.tensor(levels, dtype=torch.int64, device=top.device)
 
 
 def compile_ptx(capability: int = 90, kernel: str = "upper", operand: str = "a", aligned: bool = True) -> str:

@@ -21,6 +21,12 @@ one less where rounding would carry the row's maximum up to 2^p) in one launch, 
 takes some twenty small launches, each paid in host time while the device waits for the
 encode that needs the shifts.  The same float64 operations on the same values give the same
 integers (:func:`reference_row_shifts`, from the definition in Python's floats).
+
+:func:`line_summary_kernel` reduces what the plan reads of one side's lines (their bits,
+lossless widths, largest magnitudes and, under "fp64", levels and code sums) to one int64
+vector of maxima, in one launch, so that the plan reads both sides in one transfer: the
+fewest bits and the guard among them, which a second read of minima gave before
+(:func:`reference_line_summary` holds the definition).
 """
 
 from __future__ import annotations
@@ -36,9 +42,10 @@ from kernels import ptx
 from kernels.crt import ldexp_factors
 from kernels.float64 import EXPONENT_BIAS, FRACTION_BITS, MAGNITUDE_MASK, SIGNIFICAND_BITS, ULP_BIAS
 
-__all__ = ["EXTENTS_BLOCK", "EXTENTS_WARPS", "MAX_GRID_Y", "NO_SET_BIT", "SHIFTS_BLOCK", "Extents", "chunked_grid",
-           "compile_ptx", "frexp_exponent", "reference_row_extents", "reference_row_shifts", "row_extents_kernel",
-           "row_shifts_kernel"]
+__all__ = ["EXTENTS_BLOCK", "EXTENTS_WARPS", "LINE_CAP", "MAX_GRID_Y", "MAX_WIDTH", "NO_SET_BIT", "SHIFTS_BLOCK",
+           "SUMMARY_FIELDS", "SUMMARY_LENGTH", "SUMMARY_WIDTHS", "Extents", "chunked_grid", "compile_ptx",
+           "frexp_exponent", "line_summary_kernel", "reference_line_summary", "reference_row_extents",
+           "reference_row_shifts", "row_extents_kernel", "row_shifts_kernel"]
 
 # The lowest bit of an all-zero row: the identity of the min over its entries, above every
 # real lowest bit (≤ 1023), and int32's largest value, which is what the kernel stores.
@@ -212,6 +219,103 @@ def reference_row_shifts(row_max: torch.Tensor, bits: torch.Tensor) -> torch.Ten
         carry = largest > 0 and p < SIGNIFICAND_BITS and round(math.ldexp(largest, shift)) == 2**p
         shifts.append(shift - carry)
     return torch.tensor(shifts, dtype=torch.int64, device=bits.device)
+
+
+# One side's summary: what the plan reads of its lines, maxima over them all in one int64
+# vector, so that one transfer brings both sides' (and a batch's, whose launches add to one
+# summary).  Each slot is a maximum, so a device mesh agrees on it with one more maximum; a
+# minimum travels as the maximum of LINE_CAP less it.
+SUMMARY_FIELDS = ("most_bits", "widest", "largest", "below_inf", "below_cap", "code_sums", "code_squares")
+# Then, per lossless width w (0 ≤ w < MAX_WIDTH), the most of its lines' 1 (a line of that
+# width) and level + 2 (a line kept lossy, with that level): what the plan's fewest bits and
+# guard need once it knows the bits every line ends with.
+SUMMARY_WIDTHS = len(SUMMARY_FIELDS)
+# A lossless width is a top (at most 1024) less a lowest set bit (at least -1074).
+MAX_WIDTH = 2100
+SUMMARY_LENGTH = SUMMARY_WIDTHS + MAX_WIDTH
+# Above every bit count: the minimum over no line.
+LINE_CAP = 1 << 62
+SUMMARY_BLOCK = 1024
+_INF_PATTERN = tl.constexpr(0x7FF0000000000000)
+_LINE_CAP = tl.constexpr(LINE_CAP)
+_SUMMARY_WIDTHS = tl.constexpr(SUMMARY_WIDTHS)
+_MAX_WIDTH = tl.constexpr(MAX_WIDTH)
+
+
+@triton.jit
+def _summary_kernel(bits_ptr, lossless_ptr, largest_ptr, level_ptr, sums_ptr, squares_ptr, out_ptr, lines,
+                    HAS_LEVEL: tl.constexpr, HAS_SUMS: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < lines
+    bits = tl.load(bits_ptr + offs, mask=mask, other=0)
+    lossless = tl.load(lossless_ptr + offs, mask=mask, other=0)
+    largest = tl.load(largest_ptr + offs, mask=mask, other=0)
+    # Maxima of non-negative integers: a line past the end counts as 0, the identity.
+    tl.atomic_max(out_ptr + 0, tl.max(bits, axis=0))
+    tl.atomic_max(out_ptr + 1, tl.max(lossless, axis=0))
+    tl.atomic_max(out_ptr + 2, tl.max(largest, axis=0))
+    tl.atomic_max(out_ptr + 3, tl.max(tl.where(largest > 0, _INF_PATTERN - largest, 0), axis=0))
+    tl.atomic_max(out_ptr + 4, tl.max(tl.where(mask, _LINE_CAP - bits, 0), axis=0))
+    if HAS_SUMS:
+        tl.atomic_max(out_ptr + 5, tl.max(tl.load(sums_ptr + offs, mask=mask, other=0), axis=0))
+        tl.atomic_max(out_ptr + 6, tl.max(tl.load(squares_ptr + offs, mask=mask, other=0), axis=0))
+    if HAS_LEVEL:
+        width_value = tl.where(bits < lossless, tl.load(level_ptr + offs, mask=mask, other=0) + 2, 1)
+    else:
+        width_value = tl.full((BLOCK,), 1, tl.int64)
+    # The clamp only keeps the address inside the vector (a non-finite line's width is
+    # meaningless, and the plan reads such operands again, zeroed).
+    width = tl.minimum(tl.maximum(lossless, 0), _MAX_WIDTH - 1)
+    tl.atomic_max(out_ptr + _SUMMARY_WIDTHS + width, width_value, mask=mask)
+
+
+def line_summary_kernel(bits: torch.Tensor, lossless: torch.Tensor, row_max: torch.Tensor,
+                        level: torch.Tensor | None = None, code_sums: tuple[torch.Tensor, torch.Tensor] | None = None,
+                        *, out: torch.Tensor | None = None) -> torch.Tensor:
+    """One side's summary (``SUMMARY_FIELDS``, then the widths' slots) of its lines' bits,
+    lossless widths (int64, ≥ 0), largest magnitudes (float64, ≥ 0, read as their IEEE
+    patterns), levels (int64, "fp64" only) and code sums and sums of squares (int64, "fp64"
+    only), in one launch, added by maxima into ``out`` (zeros of ``SUMMARY_LENGTH``, default a
+    new one) and returned: the launches of a batch's products can share one."""
+    lines = {"bits": bits, "lossless": lossless, "level": level, **dict(zip(("code_sums", "code_squares"),
+                                                                          code_sums or (None, None)))}
+    for name, line in lines.items():
+        if line is not None and (not isinstance(line, torch.Tensor) or line.dtype != torch.int64
+                                 or line.shape != bits.shape or line.dim() != 1 or line.device != bits.device):
+            raise ValueError(f"{name} must be a 1-D int64 tensor like bits {tuple(bits.shape)}")
+    if not isinstance(row_max, torch.Tensor) or row_max.dtype != torch.float64 or row_max.shape != bits.shape:
+        raise ValueError(f"row_max must be a float64 tensor of shape {tuple(bits.shape)}")
+    if out is None:
+        out = torch.zeros(SUMMARY_LENGTH, dtype=torch.int64, device=bits.device)
+    elif out.dtype != torch.int64 or out.shape != (SUMMARY_LENGTH,) or out.device != bits.device:
+        raise ValueError(f"out must be an int64 tensor of shape ({SUMMARY_LENGTH},) on {bits.device}")
+    if bits.numel():
+        level, sums, squares = (None if line is None else line.contiguous()
+                                for line in (level, *(code_sums or (None, None))))
+        _summary_kernel[(triton.cdiv(bits.numel(), SUMMARY_BLOCK),)](
+            bits.contiguous(), lossless.contiguous(), row_max.contiguous().view(torch.int64), level, sums, squares,
+            out, bits.numel(), HAS_LEVEL=level is not None, HAS_SUMS=code_sums is not None, BLOCK=SUMMARY_BLOCK,
+            num_warps=4,
+        )
+    return out
+
+
+def reference_line_summary(bits: torch.Tensor, lossless: torch.Tensor, row_max: torch.Tensor,
+                           level: torch.Tensor | None = None,
+                           code_sums: tuple[torch.Tensor, torch.Tensor] | None = None) -> list[int]:
+    """What :func:`line_summary_kernel` computes, from the definitions in Python's integers."""
+    bits, lossless, level = bits.tolist(), lossless.tolist(), None if level is None else level.tolist()
+    largest = row_max.contiguous().view(torch.int64).tolist()
+    sums, squares = ([0] * len(bits), [0] * len(bits)) if code_sums is None else (t.tolist() for t in code_sums)
+    widths = [0] * MAX_WIDTH
+    for i, width in enumerate(lossless):
+        lossy = level is not None and bits[i] < width
+        slot = min(max(width, 0), MAX_WIDTH - 1)
+        widths[slot] = max(widths[slot], level[i] + 2 if lossy else 1)
+    head = [max(bits, default=0), max(lossless, default=0), max(largest, default=0),
+            max((0x7FF0000000000000 - x for x in largest if x > 0), default=0),
+            max((LINE_CAP - b for b in bits), default=0), max(sums, default=0), max(squares, default=0)]
+    return head + widths
 
 
 def chunked_grid(rows: int, k: int, block: tuple[int, int],

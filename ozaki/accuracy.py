@@ -50,8 +50,9 @@ int8 codes (64 levels) cost when an int8 GEMM of them formed G, at none of that 
 :func:`fp64_reading` reads both from the data, leaving on the device what the planning reads
 with its own maxima (:func:`fp64_statistics` reads the bound at once).  On a GPU
 (``kernels=True``, which the planning passes on CUDA tensors) its reads of the operands and
-of the code product run as the Triton passes of ``kernels.accuracy``, which give these torch
-functions' integers and floats bit for bit, and the code GEMM runs on the plane GEMM kernel
+of the code product run as the Triton passes of ``kernels.accuracy``, and so do the per-line
+steps between them (window tops, levels), which give these torch functions' integers and floats
+bit for bit, and the code GEMM runs on the plane GEMM kernel
 (``torch._int_mm`` on the torch path): exact integers either way.
 """
 
@@ -66,7 +67,8 @@ import torch
 from kernels import accuracy as accuracy_kernels
 from kernels.autotune import tuned_plane_config
 from kernels.products import EXACT_SUM_MODULUS, exact_int8_matmul
-from kernels.accuracy import CODE_LEVELS, CODE_MAX, UPPER_CODE_MAX, UPPER_LEVELS, UPPER_MAX_K, UpperReading
+from kernels.accuracy import (CODE_LEVELS, CODE_MAX, QUOTIENT_MARGIN, UNBOUNDED, UPPER_CODE_MAX, UPPER_LEVELS,
+                              UPPER_MAX_K, WINDOW_LIFT, UpperReading)
 from kernels.float64 import SIGNIFICAND_BITS
 
 from ._bits import ldexp
@@ -89,14 +91,8 @@ _INT32_MAX = 2**31 - 1
 _INT_MM_CHUNK = 1 << (_INT32_MAX // CODE_MAX**2).bit_length() - 1
 # W for the upper sums: U ≤ K·2^W must stay below 2^53 to be exact as float64.
 _SUM_LEVELS = 30
-# The level of a row that no lower bound of |A||B| reaches: beyond every lossless width
-# (2^1024 down to 2^-1074 spans under 2100 bits), so it keeps its lossless width.
-UNBOUNDED = 1 << 20
 # The d of a zero entry: past every code and every sum.
 _ZERO = 1 << 20
-# The quotient G·fl(1/U) is at most (1 + 2^-53)² times G/U (two roundings, where the product
-# is normal) and its frexp could round up past a power of two: this margin keeps 2^e ≤ G/U.
-_QUOTIENT_MARGIN = 1.0 - 2.0**-50
 
 
 def _tops(extents: Extents) -> torch.Tensor:
@@ -122,7 +118,7 @@ def _window_tops(top: torch.Tensor, sums: torch.Tensor, k: int, levels: int) -> 
     its few largest entries, enters the lower bound.  2^(top − W)·U/K < 2^mean_top, in exact
     integer steps (U < 2^bit_length(U), K ≥ 2^(bit_length(K) − 1))."""
     mean_top = top - levels + _bit_length(sums) - k.bit_length() + 1
-    return torch.minimum(mean_top + 3, top)
+    return torch.minimum(mean_top + WINDOW_LIFT, top)
 
 
 def _bit_length(n: torch.Tensor) -> torch.Tensor:
@@ -203,7 +199,7 @@ def _levels(base: torch.Tensor, least: torch.Tensor) -> torch.Tensor:
     product); UNBOUNDED where that minimum is 0 (no lower bound of |A||B| reaches some output),
     0 where it is inf (the line meets only zeros, so makes no error).  Every step is exact or
     correctly rounded, so the result is the same on every device."""
-    least = least * _QUOTIENT_MARGIN
+    least = least * QUOTIENT_MARGIN
     level = _with_carry(base - (torch.frexp(least)[1].to(torch.int64) - 1))
     return torch.where(least == 0, UNBOUNDED, torch.where(least.isinf(), 0, level))
 
@@ -308,19 +304,27 @@ def fp64_reading(a: torch.Tensor, bt: torch.Tensor, extents_a: Extents, extents_
         level_b = torch.full(bt.shape[:-1], UNBOUNDED, dtype=torch.int64, device=bt.device)
     else:
         u_a, u_b = (agreement.sum_over_k(upper.sums, bound=k << levels) for upper in (upper_a, upper_b))
-        r_a, r_b = _window_tops(top_a, u_a, k, levels), _window_tops(top_b, u_b, k, levels)
+        if kernels:
+            (r_a, offset_a), (r_b, offset_b) = (accuracy_kernels.window_tops_kernel(top, u, k, levels)
+                                                for top, u in ((top_a, u_a), (top_b, u_b)))
+        else:
+            r_a, r_b = _window_tops(top_a, u_a, k, levels), _window_tops(top_b, u_b, k, levels)
+            offset_a, offset_b = r_a - top_a, r_b - top_b
         # L_ij ≥ 2^(r_i + r_j − 2D)·G_ij and S^B_j ≤ 2^(top_j − W)·U_j: the first condition reads
         # 2^-p_i ≤ 2^(h − 53 − g + r_i − top_i − 2D + W)·min_j G_ij·2^(r_j − top_j)/U_j.
         codes_a, codes_b = _lower_codes(a, r_a, (pad_m, pad_k), kernels), _lower_codes(bt, r_b, (pad_n, pad_k), kernels)
         g = agreement.sum_over_k(_code_product(codes_a, codes_b, m, n, k, kernels), bound=k * CODE_MAX**2)
-        offset_a, offset_b = r_a - top_a, r_b - top_b
         if kernels:
             least_a, least_b = accuracy_kernels.least_quotients_kernel(g, u_a, offset_a, u_b, offset_b)
         else:
             least_a, least_b = _least_quotients(g, u_b, offset_b, dim=1), _least_quotients(g, u_a, offset_a, dim=0)
         base = 53 + 2 * CODE_LEVELS - levels - (k.bit_length() - 1) // 2  # h = ⌊log2 √K⌋
-        level_a = _levels(base + top_a - r_a, agreement.min_over_columns(least_a))
-        level_b = _levels(base + top_b - r_b, agreement.min_over_rows(least_b))
+        least_a, least_b = agreement.min_over_columns(least_a), agreement.min_over_rows(least_b)
+        if kernels:
+            level_a = accuracy_kernels.levels_kernel(least_a, top_a, r_a, base)
+            level_b = accuracy_kernels.levels_kernel(least_b, top_b, r_b, base)
+        else:
+            level_a, level_b = _levels(base + top_a - r_a, least_a), _levels(base + top_b - r_b, least_b)
     # The bound's maxima over lines are those of the whole K's sums.
     sums = [agreement.sum_over_k(upper.code_sums, bound=k * UPPER_CODE_MAX) for upper in (upper_a, upper_b)]
     squares = [agreement.sum_over_k(upper.code_squares, bound=k * UPPER_CODE_MAX**2) for upper in (upper_a, upper_b)]

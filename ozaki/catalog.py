@@ -20,6 +20,7 @@ quietly serving fewer plans.
 from __future__ import annotations
 
 import difflib
+import functools
 import os
 from functools import cache
 from pathlib import Path
@@ -67,8 +68,15 @@ def catalog_dir() -> Path:
         if not folder.is_dir():
             raise FileNotFoundError(f"${_ENV} is {override!r}, which is not a folder; point it at a catalog folder")
         return folder
-    wheel = _PACKAGE / "_catalog"
-    return wheel if wheel.is_dir() else _PACKAGE.parent / "encodings"
+    wheel, source = _installed_dirs(_PACKAGE)
+    return wheel if os.path.isdir(wheel) else source
+
+
+@functools.cache
+def _installed_dirs(package: Path) -> tuple[Path, Path]:
+    # The two places, built once: a product's planning asks for the catalog several times per
+    # call, and pathlib's joins cost more than the one stat that picks between them.
+    return package / "_catalog", package.parent / "encodings"
 
 
 # How ``ozaki.formats.dump_json`` starts every encoding file: such a file is indexed by its

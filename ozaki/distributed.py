@@ -34,16 +34,15 @@ all-gather (W − 1)/W of W shards), as :func:`traffic` counts them.  Integers t
 narrowest type gloo and NCCL sum in (uint8, int32, int64: 1, 4, 8 bytes; neither sums int16)
 that holds the largest value the whole sum can reach, written w(bound):
 
-* rows: 96 bytes: two all-reduces of the plan's integers (8 maxima: p, q, the widest rows and
-  columns, the largest row maximum of A and of B and inf less the least non-zero ones, as IEEE
-  patterns: the rows' highest and lowest tops, and NaN or ±inf; 4 minima: the guards, the
-  fewest bits), int64.  ``"fp64"``
-  adds 8N (each column's minimum over every row of A of its level quotient, float64) and 32
-  (the four maxima of the magnitude bound's code sums, with the other maxima).  The product
-  itself moves nothing.
+* rows: 16·L bytes, L = ``kernels.scaling.SUMMARY_LENGTH`` (2107: 33712 bytes): one all-reduce
+  of the plan's integers, each side's summary of its lines (int64 maxima: the most bits, the
+  widest line, the largest row maximum and inf less the least non-zero one as IEEE patterns,
+  the cap less the fewest bits, the code sums of the magnitude bound, and per lossless width
+  the most level of a lossy line, which gives the guard).  ``"fp64"`` adds 8N (each column's
+  minimum over every row of A of its level quotient, float64).  The product itself moves nothing.
 * columns: the same with M for N.
 * K: 16(M + N) (one all-reduce of every row's and column's extents: maximum magnitude and
-  lowest set bit, int64) and the plan's 96.  ``"fp64"`` adds 32 and its sums over K:
+  lowest set bit, int64) and the plan's 16·L.  ``"fp64"`` adds its sums over K:
   (M + N)·(w(K·2^S) + w(2^16·K) + w(2^32·K)) (upper sums, S = min(30, 52 − bit length of K),
   and the upper codes' sums and sums of squares) and M·N·w(127²K) (the int8 code product of
   its lower bound of |A||B|: 4·M·N while 127²K < 2^31).  Then the residues: P·M·N·w(W·(max m − 1)) for an
@@ -52,7 +51,7 @@ that holds the largest value the whole sum can reach, written w(bound):
   reduce-scatter to Shard(0), P·M·W·⌈N/W⌉·w(…) to Shard(1).  A float64 all-reduce of the
   partial products (distributed DGEMM) passes 8·M·N.  With NaN or ±inf in the input, 3·M·N
   (padded like the residues) more: uint8 flags of a NaN, +inf or −inf term; and the plan
-  reads the zeroed operands again, so everything above but the 32 bytes of minima moves twice.
+  reads the zeroed operands again, so everything above moves twice.
 * a gather: 8·⌈S/W⌉·T bytes for an S × T operand sharded along S.
 
 Every integer that crosses the network has a bound computed beforehand, and a sum past the

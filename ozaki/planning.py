@@ -21,7 +21,7 @@ from kernels import scaling as scaling_kernels
 from kernels.float64 import SIGNIFICAND_BITS
 
 from . import bands, catalog, cost
-from .agreement import ONE_DEVICE, Agreement, extremes
+from .agreement import ONE_DEVICE, Agreement
 from .formats import Encoding
 from .capacity import crt_capacity, has_capacity
 from . import accuracy as fp64_rule
@@ -264,29 +264,32 @@ def plan_product(a: torch.Tensor, b: torch.Tensor, accuracy: Accuracy = "fp64", 
     # then read again from zeroed operands (the rare path pays the passes twice, so that the
     # common one reads the device once here).
     fa, fb = a, b
-    sides, local, (p, q, widest_a, widest_b, *tops, nonfinite_a, nonfinite_b), most = _read_rows(
-        fa, fb, batch, accuracy, agreement)
-    nonfinite = bool(nonfinite_a or nonfinite_b)
+    sides, local, (read_a, read_b) = _read_rows(fa, fb, batch, accuracy, agreement)
+    nonfinite = read_a.nonfinite or read_b.nonfinite
     if nonfinite:
-        fa, fb = _zeroed(a, local[-2]), _zeroed(b, local[-1])
-        sides, _, (p, q, widest_a, widest_b, *tops, _, _), most = _read_rows(fa, fb, batch, accuracy, agreement)
+        fa, fb = _zeroed(a, local[0].nonfinite), _zeroed(b, local[1].nonfinite)
+        sides, _, (read_a, read_b) = _read_rows(fa, fb, batch, accuracy, agreement)
+    p, q = read_a.most_bits, read_b.most_bits
 
     # |A'B'| ≤ K·(2^p − 1)(2^q − 1); the CRT recovers it exactly, sign included, when
     # ∏m > 2·K·(2^p − 1)(2^q − 1): the capacity a plan advertises for k_max and input_bits.
     # Under "fp64" the data's own bound on Σ_k |A'_ik||B'_kj| (ozaki.accuracy) is often far
-    # below it, and every row keeps the bits the int8 plan for its need pays for, whatever
+    # below it, and every row keeps the bits the int8 plan of its need pays for, whatever
     # the engine, so that every engine keeps the same bits and returns the same result.
     needed = functools.partial(crt_capacity, whole_k)
+    widened = False
     if accuracy == "fp64":
         # The largest code sums over every product of the batch and every device's lines.
-        magnitude = fp64_rule.MagnitudeBound.from_code_sums(*most, whole_k)
+        magnitude = fp64_rule.MagnitudeBound.from_code_sums(read_a.code_sums, read_b.code_sums,
+                                                            read_a.code_squares, read_b.code_squares, whole_k)
         needed = lambda p_, q_: min(crt_capacity(whole_k, p_, q_), magnitude.capacity(p_, q_))  # noqa: E731
         filled = _plan_moduli(_FILL_ENGINE, needed(p, q))
         if filled is not None:
             # Rows end with at most P bits, and some row has them (P ≤ the widest lossless row):
             # p and q stay the largest bits of any row.
-            p, q = _filled(needed, math.prod(filled.moduli), p, q, widest_a, widest_b)
+            p, q = _filled(needed, math.prod(filled.moduli), p, q, read_a.widest, read_b.widest)
             sides = [(side_a.widened(p), side_b.widened(q)) for side_a, side_b in sides]
+            widened = True
     capacity = needed(p, q)
     split = None
     if engine in PLAN_ENGINES and _plan_moduli(engine, capacity) is None:
@@ -296,23 +299,21 @@ def plan_product(a: torch.Tensor, b: torch.Tensor, accuracy: Accuracy = "fp64", 
     moduli = moduli_for(engine, whole_k, capacity, device)
     verdict = native_verdict(whole_m, whole_k, whole_n, accuracy, engine, device, moduli)
     native = verdict is not None and verdict.native
-    # The fewest bits of any row and the guard are minima over every device's lines.
-    guard_a, guard_b, fewest_a, fewest_b = agreement.agree("min", extremes("min", [
-        [side_a.guards for side_a, _ in sides if side_a.guards is not None],
-        [side_b.guards for _, side_b in sides if side_b.guards is not None],
-        [side_a.bits for side_a, _ in sides], [side_b.bits for _, side_b in sides],
-    ], _NO_LINE))
+    # The fewest bits of any row and the guard, from the same read: a row ends with
+    # min(lossless, P) bits once widened to P.
+    fewest_a, fewest_b = read_a.fewest_bits(p if widened else None), read_b.fewest_bits(q if widened else None)
     # Every row's shift s = bits − top (less one where rounding carries; 0 for a zero row)
     # lies in this range, which the encode checks and sizes its table of powers by without a
     # read (tests/test_explain.py holds it to every row's shift on rows from the subnormals up).
-    highest_top_a, highest_top_b, lowest_top_a, lowest_top_b = tops
-    span = (min(0, fewest_a - highest_top_a - 1, fewest_b - highest_top_b - 1),
-            max(0, p - lowest_top_a, q - lowest_top_b))
+    span = (min(0, fewest_a - read_a.highest_top - 1, fewest_b - read_b.highest_top - 1),
+            max(0, p - read_a.lowest_top, q - read_b.lowest_top))
     guard = None
     if native:
         bound = _NATIVE_BOUND
     elif accuracy == "fp64":
-        guard = None if min(guard_a, guard_b) == _NO_LINE else min(guard_a, guard_b)
+        guards = [g for g in (read_a.guard(p if widened else None), read_b.guard(q if widened else None))
+                  if g is not None]
+        guard = min(guards, default=None)
         bound = _CORRECTLY_ROUNDED if guard is None else _fp64_bound(guard)
     else:
         bound = _CORRECTLY_ROUNDED if isinstance(accuracy, str) else _fixed_bound(accuracy)
@@ -326,43 +327,89 @@ def plan_product(a: torch.Tensor, b: torch.Tensor, accuracy: Accuracy = "fp64", 
 
 
 def _read_rows(a: torch.Tensor, b: torch.Tensor, batch: int, accuracy: Accuracy,
-               agreement: Agreement) -> tuple[list, list[int], list[int], list[int]]:
-    """Stage 1's reading of every product of the batch, and in one read of the device every
-    extreme the plan needs: the largest bits and lossless widths of each side, the highest
-    top of each side's rows and the lowest of its non-zero rows (:func:`_with_tops`), whether
-    each operand holds NaN or ±inf (last) and, under "fp64", the code sums of the magnitude
-    bound (returned apart); both this device's and, through ``agreement``, the whole product's.
-    (Over non-finite operands the rest is meaningless: the caller reads them again, zeroed.)"""
+               agreement: Agreement) -> tuple[list, tuple[_Reading, _Reading], tuple[_Reading, _Reading]]:
+    """Stage 1's reading of every product of the batch and, in one read of the device, each
+    side's summary over its lines (kernels.scaling's ``SUMMARY_FIELDS`` and widths: the most
+    and the fewest bits, the widest lossless row, the highest and lowest tops, NaN or ±inf,
+    under "fp64" the code sums of the magnitude bound and what the guard needs): this
+    device's and, through ``agreement``, the whole product's.  (Over non-finite operands the
+    rest is meaningless: the caller reads them again, zeroed.)"""
     (m, k), n = a.shape[-2:], b.shape[-1]
     flat_a, flat_bt = a.reshape(batch, m, k), b.reshape(batch, k, n).transpose(-1, -2)
     read = [_sides(flat_a[index], flat_bt[index], accuracy, agreement) for index in range(batch)]
     sides = [(side_a, side_b) for side_a, side_b, _ in read]
-    code_sums = [list(column) for column in zip(*(sums for _, _, sums in read if sums is not None))]
-    # The rows' largest magnitudes as IEEE patterns (non-negative patterns order as their
-    # values; NaN's lie above inf's): the largest gives the highest top and shows NaN or ±inf,
-    # so no pass over the operands checks them.  The least of a non-zero row (a zero row's
-    # shift is 0, whatever its top) gives the lowest top, read as the largest of inf's pattern
-    # less the row's: every maximum here is over non-negative integers (0 is the identity of
-    # extremes and of a mesh's agreement).
-    patterns = [[side.extents.row_max.view(torch.int64) for side in column] for column in zip(*sides)]
-    below_inf = [[torch.where(pattern > 0, _INF_PATTERN - pattern, 0) for pattern in side] for side in patterns]
-    local = extremes("max", [[side_a.bits for side_a, _ in sides], [side_b.bits for _, side_b in sides],
-                             [side_a.lossless for side_a, _ in sides], [side_b.lossless for _, side_b in sides],
-                             *patterns, *below_inf, *code_sums], 0)
+    summaries = [None, None]
+    for side_a, side_b, sums in read:
+        for index, (side, line_sums) in enumerate(((side_a, sums and sums[0::2]), (side_b, sums and sums[1::2]))):
+            summaries[index] = _summary(side, line_sums, summaries[index])
+    local = torch.cat(summaries).tolist()
     agreed = agreement.agree("max", local)
-    count = len(local) - len(code_sums)
-    return sides, _with_tops(local[:count]), _with_tops(agreed[:count]), agreed[count:]
+    half = scaling_kernels.SUMMARY_LENGTH
+    return (sides, tuple(_Reading.of(local[i * half:(i + 1) * half]) for i in range(2)),
+            tuple(_Reading.of(agreed[i * half:(i + 1) * half]) for i in range(2)))
 
 
-def _with_tops(maxima: list[int]) -> list[int]:
-    """_read_rows' maxima with the patterns of the largest row maximum and of the least
-    non-zero one turned into the highest top of each side's rows and the lowest of its non-zero
-    rows (frexp's exponent; 0 where a side has no such row) and the last two entries whether A
-    and B hold NaN or ±inf."""
-    widths, (largest_a, largest_b, below_a, below_b) = maxima[:4], maxima[4:]
-    nonfinite = [int(pattern >= _INF_PATTERN) for pattern in (largest_a, largest_b)]
-    tops = [_top_of(largest_a), _top_of(largest_b), _top_of(_INF_PATTERN - below_a), _top_of(_INF_PATTERN - below_b)]
-    return [*widths, *tops, *nonfinite]
+def _summary(side: _Side, code_sums: tuple[torch.Tensor, torch.Tensor] | None,
+             out: torch.Tensor | None) -> torch.Tensor:
+    """The side's summary (kernels.scaling.line_summary_kernel), added by maxima into ``out``;
+    in torch where the kernels do not run, the same integers."""
+    bits, lossless, row_max = side.bits.reshape(-1), side.lossless.reshape(-1), side.extents.row_max.reshape(-1)
+    level = None if side.level is None else side.level.reshape(-1)
+    if kernels_available(bits.device):
+        return scaling_kernels.line_summary_kernel(bits, lossless, row_max, level, code_sums, out=out)
+    summary = torch.zeros(scaling_kernels.SUMMARY_LENGTH, dtype=torch.int64, device=bits.device)
+    if bits.numel():
+        largest = row_max.view(torch.int64)
+        sums, squares = code_sums or (torch.zeros_like(bits),) * 2
+        head = [bits, lossless, largest, torch.where(largest > 0, _INF_PATTERN - largest, 0),
+                scaling_kernels.LINE_CAP - bits, sums, squares]
+        summary[:len(head)] = torch.stack(head).amax(dim=1)
+        width_value = torch.ones_like(bits) if level is None else torch.where(bits < lossless, level + 2, 1)
+        width = lossless.clamp(0, scaling_kernels.MAX_WIDTH - 1)
+        summary[scaling_kernels.SUMMARY_WIDTHS:].scatter_reduce_(0, width, width_value, "amax")
+    return summary if out is None else torch.maximum(out, summary)
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """One side's summary over its lines, read from the device (see :func:`_read_rows`)."""
+
+    most_bits: int
+    widest: int
+    highest_top: int  # of its rows (0 for none)
+    lowest_top: int  # of its non-zero rows (0 for none)
+    nonfinite: bool  # some entry is NaN or ±inf
+    least_bits: int  # _NO_LINE for none
+    code_sums: int
+    code_squares: int
+    widths: tuple[int, ...]  # per lossless width: 0 none, 1 lossless lines only, else the most level + 2
+
+    @classmethod
+    def of(cls, summary: list[int]) -> _Reading:
+        most_bits, widest, largest, below_inf, below_cap, sums, squares = summary[:scaling_kernels.SUMMARY_WIDTHS]
+        # The patterns of the largest row maximum and of the least non-zero one (inf's less the
+        # largest of inf's less each): non-negative patterns order as their values, NaN's lie
+        # above inf's, so the largest shows NaN or ±inf.
+        # No line is wider than the widest (the slots past it are empty).
+        widths = summary[scaling_kernels.SUMMARY_WIDTHS:][:widest + 1]
+        return cls(most_bits, widest, _top_of(largest), _top_of(_INF_PATTERN - below_inf), largest >= _INF_PATTERN,
+                   scaling_kernels.LINE_CAP - below_cap if below_cap else _NO_LINE, sums, squares, tuple(widths))
+
+    def fewest_bits(self, widened: int | None) -> int:
+        """The fewest bits of any line: as read, or once every line keeps min(lossless, widened)."""
+        if widened is None:
+            return self.least_bits
+        narrowest = next((width for width, value in enumerate(self.widths) if value), None)
+        return _NO_LINE if narrowest is None else min(narrowest, widened)
+
+    def guard(self, widened: int | None) -> int | None:
+        """The least bits − level of a lossy line, None where every line is lossless.  A lossy
+        line keeps level + FP64_GUARD bits; widened to P, the lines wider than P keep P."""
+        lossy = [value - 2 for width, value in enumerate(self.widths) if value >= 2
+                 and (widened is None or width > widened)]
+        if not lossy:
+            return None
+        return fp64_rule.FP64_GUARD if widened is None else widened - max(lossy)
 
 
 def _top_of(pattern: int) -> int:
@@ -388,15 +435,6 @@ class _Side:
     def widened(self, bits: int) -> _Side:
         """Every row keeps ``bits`` bits, or its lossless width where that is fewer."""
         return _Side(self.extents, self.lossless.clamp(max=bits), self.lossless, self.level)
-
-    @property
-    def guards(self) -> torch.Tensor | None:
-        """Per row, the guard g it keeps under "fp64" where it is lossy, _NO_LINE where it is
-        lossless (the minimum over rows is the plan's guard, _NO_LINE: none); None for the
-        other accuracies, which keep no guard."""
-        if self.level is None:
-            return None
-        return torch.where(self.bits < self.lossless, self.bits - self.level, _NO_LINE)
 
 
 def _sides(a: torch.Tensor, bt: torch.Tensor, accuracy: Accuracy,

@@ -26,6 +26,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 
 import ozaki
+from kernels.scaling import SUMMARY_LENGTH
 from ozaki import bench, distributed, distributed_bench
 
 WORLDS = (1, 2, 4)
@@ -198,10 +199,10 @@ def _documented_bytes(world: int, key: tuple) -> int:
     if split is None:
         return total
     fp64 = accuracy == "fp64"
-    # The plan's reading (its maxima, and what "fp64" and a split K add), twice where an input
-    # holds NaN or ±inf (read again once zeroed), and its minima.
+    # The plan's reading (both sides' summaries, and what "fp64" and a split K add), twice where
+    # an input holds NaN or ±inf (read again once zeroed).
     nonfinite = not (a.isfinite().all() and b.isfinite().all())
-    reading = 64 + (32 if fp64 else 0)
+    reading = 16 * SUMMARY_LENGTH
     if split == "rows":
         reading += 8 * n if fp64 else 0
     elif split == "columns":
@@ -212,7 +213,7 @@ def _documented_bytes(world: int, key: tuple) -> int:
             levels = min(30, 52 - k.bit_length())
             reading += ((m + n) * (_width(k << levels) + _width(2**16 * k) + _width(2**32 * k))
                         + m * n * _width(127**2 * k))
-    total += reading * (2 if nonfinite else 1) + 32
+    total += reading * (2 if nonfinite else 1)
     if split != "k":
         return total
     moduli = ozaki.explain(a, b, accuracy=accuracy, engine=engine).moduli.moduli

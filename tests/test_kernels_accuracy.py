@@ -20,8 +20,10 @@ import kernels.accuracy
 import kernels.scaling
 import ozaki
 import ozaki.catalog
-from kernels.accuracy import (least_quotients_kernel, lower_codes_kernel, reference_least_quotients,
-                              reference_lower_codes, reference_upper_reading, upper_reading_kernel)
+from kernels.accuracy import (UNBOUNDED, least_quotients_kernel, levels_kernel, lower_codes_kernel,
+                              reference_least_quotients, reference_levels, reference_lower_codes,
+                              reference_upper_reading, reference_window_tops, upper_reading_kernel,
+                              window_tops_kernel)
 from kernels.scaling import reference_row_extents
 from ozaki import accuracy, planning
 from ozaki.agreement import Agreement
@@ -189,9 +191,56 @@ def test_least_quotients_equal_the_torch_path_on_any_lines(m, n, data):
     assert _same_least(least_quotients_kernel(*inputs), _torch_least(*inputs))
 
 
+# The per-line steps: lines of every kind the rule meets (zero rows, U = 0 and U near 2^53,
+# tops from the subnormals to 2^1024; least quotients 0, inf, subnormal, near powers of two).
+_TOPS = [0, 1, -1, 5, -1073, 1024, -1040, 53, 700]
+_SUMS = [0, 1, 2, 3, 2**30, 2**52 - 1, 2**52, 12345, 7]
+_LEAST = [0.0, float("inf"), 5e-324, 2.0**-1022, 1.0, 2.0 - 2.0**-52, 2.0**52, 0.75, 1e300]
+
+
+@pytest.mark.parametrize(("k", "levels"), [(1, 30), (16384, 30), (2**22, 29), (3, 0)])
+def test_window_tops_equal_the_torch_path(k, levels):
+    top, sums = (torch.tensor(line, dtype=torch.int64, device=DEVICE) for line in (_TOPS, _SUMS))
+    got = window_tops_kernel(top, sums, k, levels)
+    want = accuracy._window_tops(top, sums, k, levels)
+    assert torch.equal(got[0], want) and torch.equal(got[1], want - top)
+    assert all(torch.equal(g, r) for g, r in zip(got, reference_window_tops(top, sums, k, levels)))
+
+
+@pytest.mark.parametrize("base", [0, 67, 120, -40])
+def test_levels_equal_the_torch_path(base):
+    least = torch.tensor(_LEAST, dtype=torch.float64, device=DEVICE)
+    top = torch.tensor(_TOPS, dtype=torch.int64, device=DEVICE)
+    window = top - torch.tensor([0, 3, 1, 0, 2, 7, 0, 1, 4], dtype=torch.int64, device=DEVICE)
+    got = levels_kernel(least, top, window, base)
+    assert torch.equal(got, accuracy._levels(base + top - window, least))
+    assert torch.equal(got, reference_levels(least, top, window, base))
+    assert int(got[0]) == UNBOUNDED and int(got[1]) == 0
+
+
+@settings(max_examples=30, deadline=None)
+@given(lines=st.integers(0, 300), data=st.data())
+def test_line_steps_equal_the_torch_path_on_any_lines(lines, data):
+    def draw(elements):
+        return data.draw(st.lists(elements, min_size=lines, max_size=lines))
+
+    top = torch.tensor(draw(st.integers(-1074, 1024)), dtype=torch.int64, device=DEVICE)
+    sums = torch.tensor(draw(st.integers(0, 2**53 - 1)), dtype=torch.int64, device=DEVICE)
+    least = torch.tensor(draw(st.floats(0.0, None, allow_nan=False)), dtype=torch.float64, device=DEVICE)
+    k, levels = data.draw(st.integers(1, 2**22)), data.draw(st.integers(0, 30))
+    window, offset = window_tops_kernel(top, sums, k, levels)
+    assert torch.equal(window, accuracy._window_tops(top, sums, k, levels)) and torch.equal(offset, window - top)
+    assert torch.equal(levels_kernel(least, top, window, 70), accuracy._levels(70 + top - window, least))
+
+
 @pytest.mark.parametrize(
     "call, error, message",
     [
+        (lambda x, top: window_tops_kernel(top, top.int(), 4, 30), ValueError, "sums"),
+        (lambda x, top: window_tops_kernel(top, top[:1], 4, 30), ValueError, "sums"),
+        (lambda x, top: window_tops_kernel(top, top, 4, -1), ValueError, "non-negative"),
+        (lambda x, top: levels_kernel(x[0].float(), top, top, 0), ValueError, "least"),
+        (lambda x, top: levels_kernel(x[0], top, x[0], 0), ValueError, "window_top"),
         (lambda x, top: upper_reading_kernel(x.float(), top, 30), TypeError, "float64"),
         (lambda x, top: upper_reading_kernel(x[0], top, 30), ValueError, r"\[rows, K\]"),
         (lambda x, top: upper_reading_kernel(x, top.int(), 30), ValueError, "int64"),
@@ -284,15 +333,16 @@ def test_fp64_plan_and_product_keep_the_torch_bits(fused_path, monkeypatch, phi,
         want_plan = planning.plan_product(torch.from_numpy(a), torch.from_numpy(b), "fp64", "int8")
         want = ozaki.matmul(a, b, engine="int8")
     passes = []
-    for name in ("upper_reading_kernel", "lower_codes_kernel", "least_quotients_kernel"):
+    for name in ("upper_reading_kernel", "lower_codes_kernel", "least_quotients_kernel", "window_tops_kernel",
+                 "levels_kernel"):
         original = getattr(kernels.accuracy, name)
         monkeypatch.setattr(kernels.accuracy, name,
                             lambda *args, _name=name, _original=original, **options:
                             passes.append(_name) or _original(*args, **options))
     got = fused_path(a, b, engine="int8")
-    # Two operand passes each and one over the code product: the kernel path ran.
+    # Two operand passes each, one over the code product, a per-line step per side: the kernel path ran.
     assert sorted(passes) == sorted(["upper_reading_kernel"] * 2 + ["lower_codes_kernel"] * 2
-                                    + ["least_quotients_kernel"])
+                                    + ["least_quotients_kernel"] + ["window_tops_kernel"] * 2 + ["levels_kernel"] * 2)
     ta, tb = (torch.from_numpy(x).to(DEVICE) for x in (a, b))
     got_plan = planning.plan_product(ta, tb, "fp64", "int8")
     assert got_plan == want_plan  # the moduli, p, q, guard and error bound

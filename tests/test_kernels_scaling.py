@@ -17,7 +17,8 @@ from test_pipeline import _spread, fused_path  # noqa: F401  (fused_path is a fi
 import kernels.scaling
 import ozaki
 import ozaki.catalog
-from kernels.scaling import reference_row_extents, reference_row_shifts, row_extents_kernel, row_shifts_kernel
+from kernels.scaling import (SUMMARY_LENGTH, line_summary_kernel, reference_line_summary, reference_row_extents,
+                             reference_row_shifts, row_extents_kernel, row_shifts_kernel)
 from ozaki import pipeline, planning
 from ozaki.residues import crt_capacity
 from ozaki.scaling import NO_SET_BIT, exact_bits_of, fixed_bits_of, row_extents, row_shifts, shifts_of
@@ -215,6 +216,46 @@ def test_shifts_kernel_refuses_bad_calls():
     with pytest.raises(ValueError, match="int64 tensor of shape"):
         row_shifts_kernel(row_max, torch.zeros(2, dtype=torch.int64, device=DEVICE))
     assert row_shifts_kernel(row_max[:0], torch.zeros(0, dtype=torch.int64, device=DEVICE)).shape == (0,)
+
+
+def _summary_lines(seed: int, lines: int, lossy: bool):
+    """Lines as the plan reads them: maxima from zero through subnormals to inf and NaN, widths
+    up to the largest, bits under or at them, levels, code sums."""
+    rng = np.random.default_rng(seed)
+    row_max = torch.tensor(rng.choice(_MAXIMA + [0.0, math.inf, math.nan], lines), dtype=torch.float64)
+    lossless = torch.tensor(rng.integers(0, 2099, lines), dtype=torch.int64)
+    level = torch.tensor(rng.integers(0, 70, lines), dtype=torch.int64)
+    bits = torch.minimum(level + 4, lossless) if lossy else lossless
+    sums = tuple(torch.tensor(rng.integers(0, 2**40, lines), dtype=torch.int64) for _ in range(2))
+    return bits, lossless, row_max, level if lossy else None, sums if lossy else None
+
+
+@pytest.mark.parametrize("lines", [0, 1, 5, 1024, 1500])
+@pytest.mark.parametrize("lossy", [True, False])
+def test_line_summary_equals_the_torch_path(lines, lossy):
+    inputs = _summary_lines(lines, lines, lossy)
+    side = planning._Side(kernels.scaling.Extents(inputs[2], torch.zeros_like(inputs[0])), inputs[0], inputs[1],
+                          inputs[3])
+    want = planning._summary(side, inputs[4], None)  # the torch path, on the CPU
+    assert want.tolist() == reference_line_summary(*inputs)
+    on_device = [x.to(DEVICE) for x in inputs[:3]] + [inputs[3] if inputs[3] is None else inputs[3].to(DEVICE),
+                                                     inputs[4] and tuple(x.to(DEVICE) for x in inputs[4])]
+    got = line_summary_kernel(*on_device)
+    assert torch.equal(got.cpu(), want)
+    # Launches add by maxima into one summary: a batch's products share it.
+    twice = line_summary_kernel(*on_device, out=got)
+    assert torch.equal(twice.cpu(), want)
+
+
+def test_line_summary_refuses_bad_calls():
+    bits = torch.zeros(3, dtype=torch.int64, device=DEVICE)
+    row_max = torch.zeros(3, dtype=torch.float64, device=DEVICE)
+    with pytest.raises(ValueError, match="lossless"):
+        line_summary_kernel(bits, bits[:2], row_max)
+    with pytest.raises(ValueError, match="row_max"):
+        line_summary_kernel(bits, bits, row_max.float())
+    with pytest.raises(ValueError, match="out"):
+        line_summary_kernel(bits, bits, row_max, out=torch.zeros(SUMMARY_LENGTH - 1, dtype=torch.int64))
 
 
 # The fused pipeline -----------------------------------------------------------------------

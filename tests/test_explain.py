@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 
 import numpy as np
@@ -11,7 +12,7 @@ from test_cost import H200, _spread
 
 import ozaki
 import ozaki.catalog
-from ozaki import pipeline, planning
+from ozaki import frontend, pipeline, planning
 from ozaki.residues import crt_capacity
 from ozaki.scaling import shifts_of
 
@@ -77,6 +78,25 @@ def test_native_path_on_a_profiled_device_reads_no_data(monkeypatch, no_product)
     assert (plan.path, plan.moduli, plan.bits_a) == ("native", None, None)
     assert plan.predicted.native and plan.predicted.dgemm < plan.predicted.emulated.total
     assert plan.error_bound.startswith("DGEMM's") and plan.products == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_shape_sent_to_dgemm_skips_building_the_plan(monkeypatch, caplog):
+    a, b = (torch.rand((256, 256), dtype=torch.float64, device="cuda") for _ in range(2))
+    if ozaki.explain(a, b).path != "native":
+        pytest.skip("this device's cost model emulates at n = 256")
+    planned = []
+    monkeypatch.setattr(frontend, "plan_product", lambda *args: planned.append(args) or planning.plan_product(*args))
+    assert torch.equal(ozaki.matmul(a, b), torch.matmul(a, b)) and not planned
+    # Anything else is planned: an explicit engine or accuracy, a batch, a vector, the debug log.
+    ozaki.matmul(a, b, engine="reference")
+    ozaki.matmul(a, b, accuracy="exact")
+    ozaki.matmul(a[None], b)
+    ozaki.matmul(a, b[:, 0])
+    with caplog.at_level(logging.DEBUG, logger="ozaki"):
+        ozaki.matmul(a, b)
+    assert len(planned) == 5 and "native float64 matmul" in caplog.text
 
 
 def test_nonfinite_inputs_are_planned_on_their_finite_terms(no_product):

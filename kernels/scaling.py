@@ -44,7 +44,7 @@ from kernels.float64 import EXPONENT_BIAS, FRACTION_BITS, MAGNITUDE_MASK, SIGNIF
 
 __all__ = ["EXTENTS_BLOCK", "EXTENTS_WARPS", "LINE_CAP", "MAX_GRID_Y", "MAX_WIDTH", "NO_SET_BIT", "SHIFTS_BLOCK",
            "SUMMARY_FIELDS", "SUMMARY_LENGTH", "SUMMARY_WIDTHS", "Extents", "chunked_grid", "compile_ptx",
-           "frexp_exponent", "line_summary_kernel", "reference_line_summary", "reference_row_extents",
+           "exact_bits_kernel", "frexp_exponent", "line_summary_kernel", "reference_line_summary", "reference_row_extents",
            "reference_row_shifts", "row_extents_kernel", "row_shifts_kernel"]
 
 # The lowest bit of an all-zero row: the identity of the min over its entries, above every
@@ -207,6 +207,31 @@ def row_shifts_kernel(row_max: torch.Tensor, bits: torch.Tensor) -> torch.Tensor
         _shifts_kernel[(triton.cdiv(shift.numel(), SHIFTS_BLOCK),)](
             row_max.contiguous(), bits.contiguous(), shift, shift.numel(), BLOCK=SHIFTS_BLOCK, num_warps=4)
     return shift
+
+
+@triton.jit
+def _exact_bits_kernel(max_ptr, lowest_ptr, bits_ptr, rows, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < rows
+    row_max = tl.load(max_ptr + offs, mask=mask, other=0.0)
+    lowest = tl.load(lowest_ptr + offs, mask=mask, other=0)
+    tl.store(bits_ptr + offs, tl.where(row_max > 0, frexp_exponent(row_max) - lowest, 0), mask=mask)
+
+
+def exact_bits_kernel(extents: Extents) -> torch.Tensor:
+    """``ozaki.scaling.exact_bits_of`` in one launch: per row, int64 top − lowest set bit (0 for
+    an all-zero row), top the frexp exponent of its largest |x|, from its :class:`Extents`
+    (1-D, on one device), where torch takes five launches."""
+    row_max, lowest = extents.row_max, extents.lowest_bit
+    if (row_max.dtype != torch.float64 or lowest.dtype != torch.int64 or row_max.dim() != 1
+            or lowest.shape != row_max.shape or lowest.device != row_max.device):
+        raise ValueError(f"extents must hold a 1-D float64 row_max and an int64 lowest_bit of its shape, got "
+                         f"{row_max.dtype} {tuple(row_max.shape)} and {lowest.dtype} {tuple(lowest.shape)}")
+    bits = torch.empty_like(lowest)
+    if bits.numel():
+        _exact_bits_kernel[(triton.cdiv(bits.numel(), SHIFTS_BLOCK),)](
+            row_max.contiguous(), lowest.contiguous(), bits, bits.numel(), BLOCK=SHIFTS_BLOCK, num_warps=4)
+    return bits
 
 
 def reference_row_shifts(row_max: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:

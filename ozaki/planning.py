@@ -267,7 +267,7 @@ def plan_product(a: torch.Tensor, b: torch.Tensor, accuracy: Accuracy = "fp64", 
     sides, local, (read_a, read_b) = _read_rows(fa, fb, batch, accuracy, agreement)
     nonfinite = read_a.nonfinite or read_b.nonfinite
     if nonfinite:
-        fa, fb = _zeroed(a, local[0].nonfinite), _zeroed(b, local[1].nonfinite)
+        fa, fb = _zeroed(a, local[0]), _zeroed(b, local[1])
         sides, _, (read_a, read_b) = _read_rows(fa, fb, batch, accuracy, agreement)
     p, q = read_a.most_bits, read_b.most_bits
 
@@ -327,13 +327,13 @@ def plan_product(a: torch.Tensor, b: torch.Tensor, accuracy: Accuracy = "fp64", 
 
 
 def _read_rows(a: torch.Tensor, b: torch.Tensor, batch: int, accuracy: Accuracy,
-               agreement: Agreement) -> tuple[list, tuple[_Reading, _Reading], tuple[_Reading, _Reading]]:
+               agreement: Agreement) -> tuple[list, tuple[bool, bool], tuple[_Reading, _Reading]]:
     """Stage 1's reading of every product of the batch and, in one read of the device, each
     side's summary over its lines (kernels.scaling's ``SUMMARY_FIELDS`` and widths: the most
     and the fewest bits, the widest lossless row, the highest and lowest tops, NaN or ±inf,
-    under "fp64" the code sums of the magnitude bound and what the guard needs): this
-    device's and, through ``agreement``, the whole product's.  (Over non-finite operands the
-    rest is meaningless: the caller reads them again, zeroed.)"""
+    under "fp64" the code sums of the magnitude bound and what the guard needs), the whole
+    product's through ``agreement``, and whether this device's A and B hold NaN or ±inf.
+    (Over non-finite operands the rest is meaningless: the caller reads them again, zeroed.)"""
     (m, k), n = a.shape[-2:], b.shape[-1]
     flat_a, flat_bt = a.reshape(batch, m, k), b.reshape(batch, k, n).transpose(-1, -2)
     read = [_sides(flat_a[index], flat_bt[index], accuracy, agreement) for index in range(batch)]
@@ -344,9 +344,10 @@ def _read_rows(a: torch.Tensor, b: torch.Tensor, batch: int, accuracy: Accuracy,
             summaries[index] = _summary(side, line_sums, summaries[index])
     local = torch.cat(summaries).tolist()
     agreed = agreement.agree("max", local)
-    half = scaling_kernels.SUMMARY_LENGTH
-    return (sides, tuple(_Reading.of(local[i * half:(i + 1) * half]) for i in range(2)),
-            tuple(_Reading.of(agreed[i * half:(i + 1) * half]) for i in range(2)))
+    half, largest = scaling_kernels.SUMMARY_LENGTH, scaling_kernels.SUMMARY_FIELDS.index("largest")
+    # Of this device's own summary only whether its operands hold NaN or ±inf (it zeroes them).
+    local_nonfinite = tuple(local[i * half + largest] >= _INF_PATTERN for i in range(2))
+    return sides, local_nonfinite, tuple(_Reading.of(agreed[i * half:(i + 1) * half]) for i in range(2))
 
 
 def _summary(side: _Side, code_sums: tuple[torch.Tensor, torch.Tensor] | None,

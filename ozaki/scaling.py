@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from kernels.float64 import EXPONENT_BIAS, FRACTION_BITS, MAGNITUDE_MASK, MAX_EXPONENT, SIGNIFICAND_BITS, ULP_BIAS
-from kernels.scaling import NO_SET_BIT, Extents, row_shifts_kernel
+from kernels.scaling import NO_SET_BIT, Extents, exact_bits_kernel, row_shifts_kernel
 
 from ._bits import blocks, ldexp, pow2, round_
 
@@ -110,6 +110,8 @@ def row_extents(x: torch.Tensor) -> Extents:
 
 def exact_bits_of(extents: Extents) -> torch.Tensor:
     """:func:`exact_bits` of the rows these are the extents of."""
+    if extents.row_max.is_cuda and extents.row_max.dim() == 1:
+        return exact_bits_kernel(extents)  # one launch of the same operations (kernels.scaling)
     return torch.where(extents.has_nonzero, _top(extents.row_max) - extents.lowest_bit, 0)
 
 

@@ -209,6 +209,19 @@ def test_shifts_kernel_equals_the_torch_shifts(bits):
         assert got.dtype == torch.int64 and torch.equal(got.cpu(), want)
 
 
+def test_exact_bits_kernel_equals_the_torch_path():
+    row_max = torch.tensor(_MAXIMA + [0.0, 0.0], dtype=torch.float64)
+    lowest = torch.tensor([-1074, -1074, 0, -60, -2, 1, 0, 0, 0, 900, 971, NO_SET_BIT, -3][:len(_MAXIMA)]
+                          + [0] * (len(_MAXIMA) - 13) + [NO_SET_BIT, 5], dtype=torch.int64)
+    extents = kernels.scaling.Extents(row_max, lowest)
+    want = exact_bits_of(extents)  # the torch path, on the CPU
+    got = kernels.scaling.exact_bits_kernel(kernels.scaling.Extents(row_max.to(DEVICE), lowest.to(DEVICE)))
+    assert got.dtype == torch.int64 and torch.equal(got.cpu(), want)
+    assert int(got[-1]) == 0 == int(got[-2])  # all-zero rows
+    with pytest.raises(ValueError, match="lowest_bit"):
+        kernels.scaling.exact_bits_kernel(kernels.scaling.Extents(row_max, lowest.int()))
+
+
 def test_shifts_kernel_refuses_bad_calls():
     row_max = torch.ones(3, dtype=torch.float64, device=DEVICE)
     with pytest.raises(TypeError, match="1-D float64"):

@@ -80,18 +80,18 @@ DEVICES = {
 # reads FP4 two to a byte.
 PLANE_BYTES = {"int8": 1.0, "fp8": 1.0, "fp4": 0.5, "int4": 0.5, "reference": 8.0}
 
-# benchmarks/RESULTS.md, "2026-12-03 02:04 UTC, one H200: 1.46× DGEMM at 16384, 1.20× at 4096×65536×4096":
+# benchmarks/RESULTS.md, "2026-12-03 04:57 UTC, one H200: each call timed after one of its own":
 # ozaki.matmul with the int8 engine, accuracy fp64, phi = 0.5; per (M, K, N): the plan's moduli,
 # the seconds of (plan, encode, products, decode), and DGEMM's seconds in the same run.
 H200_RECORD = {
-    (16384, 16384, 16384): (16, 0.01331, 0.00625, 0.10169, 0.00632, 0.17444),
-    (8192, 8192, 8192): (16, 0.00349, 0.00210, 0.01315, 0.00170, 0.01971),
-    (4096, 4096, 4096): (16, 0.00203, 0.00071, 0.00195, 0.00043, 0.00233),
-    (65536, 4096, 256): (16, 0.00318, 0.00258, 0.00230, 0.00049, 0.00248),
-    (4096, 65536, 4096): (16, 0.00663, 0.00553, 0.02457, 0.00054, 0.04343),
+    (16384, 16384, 16384): (16, 0.01256, 0.00623, 0.10410, 0.00660, 0.17104),
+    (8192, 8192, 8192): (16, 0.00261, 0.00174, 0.01304, 0.00146, 0.02031),
+    (4096, 4096, 4096): (16, 0.00143, 0.00073, 0.00200, 0.00047, 0.00235),
+    (65536, 4096, 256): (16, 0.00285, 0.00287, 0.00246, 0.00058, 0.00252),
+    (4096, 65536, 4096): (16, 0.00674, 0.00582, 0.02488, 0.00067, 0.04297),
 }
-# DGEMM's best rate in that run (4096³; 50.4 TFLOP/s at 16384³).
-_RECORD_DGEMM = 58.96e12
+# DGEMM's best rate in that run (4096³; 51.4 TFLOP/s at 16384³).
+_RECORD_DGEMM = 58.51e12
 
 
 class _RecordedRun(NamedTuple):

@@ -27,10 +27,10 @@ def test_profiles_are_keyed_by_name_and_capability():
     assert cost.profile_for("NVIDIA H200", (8, 0)) is None  # a name that does not fit its capability
     assert cost.profile_for("NVIDIA GeForce RTX 4090", (8, 9)) is None
     # The H200 profile is the record itself: measured DGEMM rate, datasheet bandwidth.
-    assert (H200.fp64, H200.bandwidth) == (58.96e12, 4.8e12)
+    assert (H200.fp64, H200.bandwidth) == (58.51e12, 4.8e12)
     # Other devices: datasheet figures times the H200's efficiencies.
     b200 = cost.profile_for("NVIDIA B200", (10, 0))
-    assert b200.fp64 == pytest.approx(40e12 * 58.96 / 67)
+    assert b200.fp64 == pytest.approx(40e12 * 58.51 / 67)
     assert b200.rates["fp4"] == pytest.approx(9e15 * H200.rates["int8"] / 1979e12)
     assert b200.encode_efficiency == H200.encode_efficiency and b200.overhead == H200.overhead != {}
     assert b200.plan_efficiency == H200.plan_efficiency

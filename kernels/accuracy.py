@@ -346,8 +346,7 @@ _CARRY_BITS = tl.constexpr(FRACTION_BITS + 1)
 
 @triton.jit
 def _window_tops_kernel(top_ptr, sums_ptr, window_ptr, offset_ptr, lines, levels, k_bits, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < lines
+    offs, mask = scaling.line_block(lines, BLOCK)
     top = tl.load(top_ptr + offs, mask=mask, other=0)
     sums = tl.load(sums_ptr + offs, mask=mask, other=0)
     # U < 2^53 is exact as float64, whose frexp exponent is U's bit length.
@@ -374,8 +373,7 @@ def window_tops_kernel(top: torch.Tensor, sums: torch.Tensor, k: int, levels: in
 
 @triton.jit
 def _levels_kernel(least_ptr, top_ptr, window_ptr, level_ptr, lines, base, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < lines
+    offs, mask = scaling.line_block(lines, BLOCK)
     least = tl.load(least_ptr + offs, mask=mask, other=0.0) * _QUOTIENT_MARGIN
     line_base = base + tl.load(top_ptr + offs, mask=mask, other=0) - tl.load(window_ptr + offs, mask=mask, other=0)
     # 2^e ≤ least with e one under its frexp exponent; below 53 bits one more for the carry.

@@ -44,8 +44,8 @@ from kernels.float64 import EXPONENT_BIAS, FRACTION_BITS, MAGNITUDE_MASK, SIGNIF
 
 __all__ = ["EXTENTS_BLOCK", "EXTENTS_WARPS", "LINE_CAP", "MAX_GRID_Y", "MAX_WIDTH", "NO_SET_BIT", "SHIFTS_BLOCK",
            "SUMMARY_FIELDS", "SUMMARY_LENGTH", "SUMMARY_WIDTHS", "Extents", "chunked_grid", "compile_ptx",
-           "exact_bits_kernel", "frexp_exponent", "line_summary_kernel", "reference_line_summary", "reference_row_extents",
-           "reference_row_shifts", "row_extents_kernel", "row_shifts_kernel"]
+           "exact_bits_kernel", "frexp_exponent", "line_block", "line_summary_kernel", "reference_line_summary",
+           "reference_row_extents", "reference_row_shifts", "row_extents_kernel", "row_shifts_kernel"]
 
 # The lowest bit of an all-zero row: the identity of the min over its entries, above every
 # real lowest bit (≤ 1023), and int32's largest value, which is what the kernel stores.
@@ -171,9 +171,16 @@ def frexp_exponent(magnitude):
 
 
 @triton.jit
-def _shifts_kernel(max_ptr, bits_ptr, shift_ptr, rows, BLOCK: tl.constexpr):
+def line_block(lines, BLOCK: tl.constexpr):
+    """This program's BLOCK lines of a kernel with one line (a row's or column's number) per
+    entry, and which of them exist."""
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < rows
+    return offs, offs < lines
+
+
+@triton.jit
+def _shifts_kernel(max_ptr, bits_ptr, shift_ptr, rows, BLOCK: tl.constexpr):
+    offs, mask = line_block(rows, BLOCK)
     row_max = tl.load(max_ptr + offs, mask=mask, other=0.0)
     bits = tl.load(bits_ptr + offs, mask=mask, other=0)
     top = frexp_exponent(row_max)
@@ -211,11 +218,10 @@ def row_shifts_kernel(row_max: torch.Tensor, bits: torch.Tensor) -> torch.Tensor
 
 @triton.jit
 def _exact_bits_kernel(max_ptr, lowest_ptr, bits_ptr, rows, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < rows
+    offs, mask = line_block(rows, BLOCK)
     row_max = tl.load(max_ptr + offs, mask=mask, other=0.0)
-    lowest = tl.load(lowest_ptr + offs, mask=mask, other=0)
-    tl.store(bits_ptr + offs, tl.where(row_max > 0, frexp_exponent(row_max) - lowest, 0), mask=mask)
+    top_less_lowest = frexp_exponent(row_max) - tl.load(lowest_ptr + offs, mask=mask, other=0)
+    tl.store(bits_ptr + offs, tl.where(row_max > 0, top_less_lowest, 0), mask=mask)
 
 
 def exact_bits_kernel(extents: Extents) -> torch.Tensor:
@@ -270,8 +276,7 @@ _MAX_WIDTH = tl.constexpr(MAX_WIDTH)
 @triton.jit
 def _summary_kernel(bits_ptr, lossless_ptr, largest_ptr, level_ptr, sums_ptr, squares_ptr, out_ptr, lines,
                     HAS_LEVEL: tl.constexpr, HAS_SUMS: tl.constexpr, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < lines
+    offs, mask = line_block(lines, BLOCK)
     bits = tl.load(bits_ptr + offs, mask=mask, other=0)
     lossless = tl.load(lossless_ptr + offs, mask=mask, other=0)
     largest = tl.load(largest_ptr + offs, mask=mask, other=0)

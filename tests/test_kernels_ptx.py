@@ -261,3 +261,39 @@ def test_compiling_under_the_interpreter_raises_clearly():
                         lambda: plane_gemm_ptx("int8", 90, VARIANTS["int8-gluon"][2])):
         with pytest.raises(RuntimeError, match="without TRITON_INTERPRET=1"):
             compile_ptx()
+
+
+_LINE_SCRIPT = """
+import json, sys
+from kernels import accuracy, ptx, scaling
+kernels = {
+    "summary": (scaling._summary_kernel, {"bits_ptr": "*i64", "lossless_ptr": "*i64", "largest_ptr": "*i64",
+                                          "level_ptr": "*i64", "sums_ptr": "*i64", "squares_ptr": "*i64",
+                                          "out_ptr": "*i64", "lines": "i32"},
+                {"HAS_LEVEL": True, "HAS_SUMS": True, "BLOCK": scaling.SUMMARY_BLOCK}),
+    "exact_bits": (scaling._exact_bits_kernel, {"max_ptr": "*fp64", "lowest_ptr": "*i64", "bits_ptr": "*i64",
+                                                "rows": "i32"}, {"BLOCK": scaling.SHIFTS_BLOCK}),
+    "window_tops": (accuracy._window_tops_kernel, {"top_ptr": "*i64", "sums_ptr": "*i64", "window_ptr": "*i64",
+                                                   "offset_ptr": "*i64", "lines": "i32", "levels": "i32",
+                                                   "k_bits": "i32"}, {"BLOCK": accuracy.LINES_BLOCK}),
+    "levels": (accuracy._levels_kernel, {"least_ptr": "*fp64", "top_ptr": "*i64", "window_ptr": "*i64",
+                                         "level_ptr": "*i64", "lines": "i32", "base": "i32"},
+               {"BLOCK": accuracy.LINES_BLOCK}),
+}
+out = {}
+for name, (fn, signature, constexprs) in kernels.items():
+    out[name] = ptx.compile_ptx(fn, {**signature, **{k: "constexpr" for k in constexprs}}, constexprs,
+                                num_warps=4)
+json.dump(out, open(sys.argv[2], "w"))
+"""
+
+
+def test_the_plans_line_kernels_compile_for_hopper(tmp_path):
+    # The per-line steps and the plan's summary: registers only (no local memory), and the
+    # summary's maxima as int64 atomics (its launches add into one vector).
+    result = _compiled(_LINE_SCRIPT, "{}", tmp_path)
+    assert isinstance(result, dict), result.stderr[-4000:]
+    assert set(result) == {"summary", "exact_bits", "window_tops", "levels"}
+    for name, text in result.items():
+        assert ".target sm_90" in text and not re.search(r"\b(ld|st)\.local\b", text), name
+    assert re.search(r"\batom\.global\S*\.max\.s64\b", result["summary"])

@@ -271,6 +271,8 @@ kernels = {
                                           "level_ptr": "*i64", "sums_ptr": "*i64", "squares_ptr": "*i64",
                                           "out_ptr": "*i64", "lines": "i32"},
                 {"HAS_LEVEL": True, "HAS_SUMS": True, "BLOCK": scaling.SUMMARY_BLOCK}),
+    "shifts": (scaling._shifts_kernel, {"max_ptr": "*fp64", "bits_ptr": "*i64", "shift_ptr": "*i64", "rows": "i32"},
+               {"BLOCK": scaling.SHIFTS_BLOCK}),
     "exact_bits": (scaling._exact_bits_kernel, {"max_ptr": "*fp64", "lowest_ptr": "*i64", "bits_ptr": "*i64",
                                                 "rows": "i32"}, {"BLOCK": scaling.SHIFTS_BLOCK}),
     "window_tops": (accuracy._window_tops_kernel, {"top_ptr": "*i64", "sums_ptr": "*i64", "window_ptr": "*i64",
@@ -293,7 +295,7 @@ def test_the_plans_line_kernels_compile_for_hopper(tmp_path):
     # summary's maxima as int64 atomics (its launches add into one vector).
     result = _compiled(_LINE_SCRIPT, "{}", tmp_path)
     assert isinstance(result, dict), result.stderr[-4000:]
-    assert set(result) == {"summary", "exact_bits", "window_tops", "levels"}
+    assert set(result) == {"summary", "shifts", "exact_bits", "window_tops", "levels"}
     for name, text in result.items():
         assert ".target sm_90" in text and not re.search(r"\b(ld|st)\.local\b", text), name
     assert re.search(r"\batom\.global\S*\.max\.s64\b", result["summary"])

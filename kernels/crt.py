@@ -61,7 +61,8 @@ from kernels import ptx
 from kernels.float64 import FLOAT64_EXACT, round_dyadic
 from kernels.moduli import check_modulus
 
-__all__ = ["DECODE_BLOCK", "DECODE_WARPS", "HALF_MODULUS_ERROR", "compile_ptx", "decode_residues", "ldexp_factors",
+__all__ = ["DECODE_BLOCK", "DECODE_WARPS", "HALF_MODULUS_ERROR", "compile_kernel", "compile_ptx", "decode_residues",
+           "ldexp_factors",
            "new_flag", "raise_for_flag", "reference_decode"]
 
 # Here, below both decoders (this kernel and ozaki.crt's staged path), so that they refuse
@@ -489,10 +490,20 @@ def _check_launch(block: int, num_warps: int) -> None:
 
 
 def compile_ptx(moduli: Sequence[int], capability: int = 90, *, residues: str = "i32", block: int = DECODE_BLOCK,
-                num_warps: int = DECODE_WARPS) -> str:
+                num_warps: int = DECODE_WARPS, aligned: bool = False) -> str:
     """PTX of the decode kernel for ``moduli`` on ``sm_<capability>``, compiled without a
-    GPU (``residues``: Triton's name of their type, unit column stride).  Needs a process
-    without ``TRITON_INTERPRET=1`` (see :func:`kernels.ptx.compile_kernel`)."""
+    GPU (``residues``: Triton's name of their type, unit column stride).  ``aligned``
+    specializes as a launch at n = 16384 does (16-byte aligned data, sizes and strides
+    multiples of 16): its loads and stores are then vectors, redistributed through shared
+    memory.  Needs a process without ``TRITON_INTERPRET=1`` (see
+    :func:`kernels.ptx.compile_kernel`)."""
+    return compile_kernel(moduli, capability, residues=residues, block=block, num_warps=num_warps,
+                          aligned=aligned).asm["ptx"]
+
+
+def compile_kernel(moduli: Sequence[int], capability: int = 90, *, residues: str = "i32", block: int = DECODE_BLOCK,
+                   num_warps: int = DECODE_WARPS, aligned: bool = False):
+    """:func:`compile_ptx`'s compiled kernel (its ``asm`` holds the PTX and the cubin)."""
     _check_launch(block, num_warps)
     constexprs = _constexprs(tuple(moduli), block)
     pointers = {"c_ptr": f"*{residues}", "out_ptr": "*fp64", "flag_ptr": "*i32"}
@@ -502,4 +513,6 @@ def compile_ptx(moduli: Sequence[int], capability: int = 90, *, residues: str = 
     signature["stride_cc"] = "constexpr"
     constexprs["stride_cc"] = 1
     signature.update({name: "constexpr" for name in constexprs})
-    return ptx.compile_ptx(_decode_kernel, signature, constexprs, capability=capability, num_warps=num_warps)
+    divisible = [*pointers, "row_exp_ptr", "col_exp_ptr", "cols", "col_blocks", "stride_cn", "stride_cr"] if aligned else []
+    return ptx.compile_kernel(_decode_kernel, signature, constexprs, divisible=divisible, capability=capability,
+                              num_warps=num_warps)

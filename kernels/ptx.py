@@ -7,15 +7,20 @@ constexprs, and which arguments a launch specializes as multiples of 16.
 
 from __future__ import annotations
 
+import collections
+import re
+import subprocess
+import tempfile
 from collections.abc import Iterable, Mapping
 
 import triton
+from triton import knobs
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from triton.experimental.gluon._runtime import GluonASTSource
 from triton.runtime.interpreter import InterpretedFunction
 
-__all__ = ["compile_kernel", "compile_ptx"]
+__all__ = ["compile_kernel", "compile_ptx", "sass_opcodes"]
 
 
 def compile_kernel(fn, signature: Mapping[str, str], constexprs: Mapping[str, object], *,
@@ -48,3 +53,17 @@ def compile_ptx(fn, signature: Mapping[str, str], constexprs: Mapping[str, objec
     """The PTX of :func:`compile_kernel`."""
     return compile_kernel(fn, signature, constexprs, divisible=divisible, capability=capability,
                           **options).asm["ptx"]
+
+
+def sass_opcodes(compiled) -> collections.Counter:
+    """The SASS instructions of a compiled kernel (:func:`compile_kernel`) by opcode, counted in
+    its program text (both sides of a branch count; a loop's body once), by the cuobjdump
+    that Triton bundles: what an issue-bound kernel's speed follows."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as handle:
+        handle.write(compiled.asm["cubin"])
+        handle.flush()
+        sass = subprocess.run([knobs.nvidia.cuobjdump.path, "-sass", handle.name], capture_output=True, text=True,
+                              check=True).stdout
+    # Lines like "/*0090*/  @!P0 DFMA R4, R2, UR4, R4 ;": the opcode, its modifiers dropped.
+    return collections.Counter(match.group(1) for match in re.finditer(
+        r"^\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", sass, re.MULTILINE))

@@ -48,7 +48,7 @@ import triton.language as tl
 from kernels import ptx
 from kernels.crt import ldexp_factors
 
-__all__ = ["ENCODE_LAUNCHES", "MAX_MODULUS", "MAX_SHIFT", "compile_ptx", "encode_planes"]
+__all__ = ["ENCODE_LAUNCHES", "MAX_MODULUS", "MAX_SHIFT", "compile_kernel", "compile_ptx", "encode_planes"]
 
 # Rows x K per program and warps per program, by the input's unit-stride axis ("k": rows of
 # A; "rows": Bᵀ read in place): the kernel is elementwise, so any power-of-two tile is
@@ -420,12 +420,19 @@ def encode_planes(x: torch.Tensor, shift: torch.Tensor, encodings: Sequence, sid
 
 def compile_ptx(moduli: Sequence[int], capability: int = 90, operand: str = "a", computed: bool = True,
                 float_tiles: bool = True) -> str:
-    """PTX of the encode kernel for ``moduli`` on ``sm_<capability>``, compiled without a GPU as
+    """PTX of :func:`compile_kernel`."""
+    return compile_kernel(moduli, capability, operand, computed, float_tiles).asm["ptx"]
+
+
+def compile_kernel(moduli: Sequence[int], capability: int = 90, operand: str = "a", computed: bool = True,
+                   float_tiles: bool = True):
+    """The encode kernel for ``moduli`` on ``sm_<capability>``, compiled without a GPU as
     a launch at n = 16384 specializes it (16-byte aligned data, sizes and strides multiples of
     16) for int8 planes and the operand's unit stride, with its default launch: "a" reads K
     contiguous (rows of A), "b" rows contiguous (Bᵀ).  ``computed``: every plane stores its
     input, in the balanced window [-(m//2), m - m//2) (int8 plans), else planes come from
-    tables.  ``float_tiles``: shifts that allow the float path.  Needs a process without ``TRITON_INTERPRET=1`` (see
+    tables.  ``float_tiles``: shifts that allow the float path.  Triton's compiled kernel: its
+    ``asm`` holds the PTX and the cubin.  Needs a process without ``TRITON_INTERPRET=1`` (see
     :func:`kernels.ptx.compile_kernel`)."""
     unit, other = {"a": ("stride_xk", "stride_xr"), "b": ("stride_xr", "stride_xk")}.get(operand, (None, None))
     if unit is None:
@@ -440,5 +447,5 @@ def compile_ptx(moduli: Sequence[int], capability: int = 90, operand: str = "a",
     signature = {name: pointers.get(name, "i32") for name in _encode_kernel.arg_names}
     signature.update({name: "constexpr" for name in constexprs})
     divisible = [*pointers, "rows", "K", other, "stride_plane"]
-    return ptx.compile_ptx(_encode_kernel, signature, constexprs, divisible=divisible, capability=capability,
-                           num_warps=warps)
+    return ptx.compile_kernel(_encode_kernel, signature, constexprs, divisible=divisible, capability=capability,
+                              num_warps=warps)

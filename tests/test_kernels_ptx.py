@@ -284,8 +284,9 @@ kernels = {
 }
 out = {}
 for name, (fn, signature, constexprs) in kernels.items():
-    out[name] = ptx.compile_ptx(fn, {**signature, **{k: "constexpr" for k in constexprs}}, constexprs,
-                                num_warps=4)
+    compiled = ptx.compile_kernel(fn, {**signature, **{k: "constexpr" for k in constexprs}}, constexprs, num_warps=4)
+    out[name] = compiled.asm["ptx"]
+    out[name + " sass"] = dict(ptx.sass_opcodes(compiled))
 json.dump(out, open(sys.argv[2], "w"))
 """
 
@@ -295,7 +296,13 @@ def test_the_plans_line_kernels_compile_for_hopper(tmp_path):
     # summary's maxima as int64 atomics (its launches add into one vector).
     result = _compiled(_LINE_SCRIPT, "{}", tmp_path)
     assert isinstance(result, dict), result.stderr[-4000:]
-    assert set(result) == {"summary", "shifts", "exact_bits", "window_tops", "levels"}
-    for name, text in result.items():
-        assert ".target sm_90" in text and not re.search(r"\b(ld|st)\.local\b", text), name
+    names = {"summary", "shifts", "exact_bits", "window_tops", "levels"}
+    assert set(result) == names | {name + " sass" for name in names}
+    for name in names:
+        assert ".target sm_90" in result[name] and not re.search(r"\b(ld|st)\.local\b", result[name]), name
+        # kernels.ptx.sass_opcodes reads the cubin: each kernel ends in EXIT, and spills nothing.
+        sass = result[name + " sass"]
+        assert sass.get("EXIT", 0) >= 1 and not {"STL", "LDL"} & set(sass), (name, sass)
     assert re.search(r"\batom\.global\S*\.max\.s64\b", result["summary"])
+    # Its eight maxima (seven fields and the widths' slots), each an atomic in global memory.
+    assert sum(n for op, n in result["summary sass"].items() if op in ("ATOMG", "REDG", "RED", "ATOM")) >= 8

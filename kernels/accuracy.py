@@ -44,8 +44,8 @@ from kernels.crt import ldexp_factors
 from kernels.float64 import EXPONENT_BIAS, FLOAT64_EXACT, FRACTION_BITS
 
 __all__ = ["CODES_WARPS", "CODE_LEVELS", "CODE_MAX", "LINES_BLOCK", "LINES_WARPS", "LOWER_BLOCK", "QUOTIENTS_BLOCK",
-           "QUOTIENT_MARGIN", "QUOTIENTS_WARPS", "UNBOUNDED", "UPPER_BLOCKS",
-           "UPPER_CODE_MAX", "UPPER_LEVELS", "UPPER_MAX_K", "UpperReading", "WINDOW_LIFT", "compile_ptx",
+           "QUOTIENT_MARGIN", "QUOTIENTS_WARPS", "UNBOUNDED", "UPPER_BLOCKS", "UPPER_CODE_MAX", "UPPER_LEVELS",
+           "UPPER_MAX_K", "UpperReading", "WINDOW_LIFT", "compile_ptx",
            "least_quotients_kernel", "levels_kernel", "lower_codes_kernel", "reference_least_quotients",
            "reference_levels", "reference_lower_codes", "reference_upper_reading", "reference_window_tops",
            "upper_reading_kernel", "window_tops_kernel"]
@@ -359,10 +359,12 @@ def _window_tops_kernel(top_ptr, sums_ptr, window_ptr, offset_ptr, lines, levels
 def window_tops_kernel(top: torch.Tensor, sums: torch.Tensor, k: int, levels: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Per line, the window top r = min(t − W + bit_length(U) − bit_length(K) + 1 + 3, t) of
     its lower codes (``ozaki.accuracy``), and r − t, int64, from its top t and upper sum U
-    (int64, 0 ≤ U < 2^53) with W = ``levels``: one launch."""
+    (int64, 0 ≤ U ≤ K·2^W ≤ 2^53, as :func:`upper_reading_kernel` sums it) with W = ``levels``:
+    one launch."""
     _check_lines(top=top, sums=sums)
-    if int(k) < 0 or int(k).bit_length() > 62 or levels < 0:
-        raise ValueError(f"k = {k} and levels = {levels} must be non-negative (K below 2^62)")
+    if int(k) < 0 or levels < 0 or int(k) << levels > FLOAT64_EXACT:
+        raise ValueError(f"k = {k} and levels = {levels}: both non-negative and K·2^levels at most 2^53 (U ≤ K·2^W "
+                         "is read as a float64 for its bit length)")
     window, offset = torch.empty_like(top), torch.empty_like(top)
     if top.numel():
         _window_tops_kernel[(triton.cdiv(top.numel(), LINES_BLOCK),)](

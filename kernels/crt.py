@@ -62,8 +62,7 @@ from kernels.float64 import FLOAT64_EXACT, round_dyadic
 from kernels.moduli import check_modulus
 
 __all__ = ["DECODE_BLOCK", "DECODE_WARPS", "HALF_MODULUS_ERROR", "compile_kernel", "compile_ptx", "decode_residues",
-           "ldexp_factors",
-           "new_flag", "raise_for_flag", "reference_decode"]
+           "ldexp_factors", "new_flag", "raise_for_flag", "reference_decode"]
 
 # Here, below both decoders (this kernel and ozaki.crt's staged path), so that they refuse
 # the class of M/2 for even M with one message.
@@ -513,6 +512,7 @@ def compile_kernel(moduli: Sequence[int], capability: int = 90, *, residues: str
     signature["stride_cc"] = "constexpr"
     constexprs["stride_cc"] = 1
     signature.update({name: "constexpr" for name in constexprs})
-    divisible = [*pointers, "row_exp_ptr", "col_exp_ptr", "cols", "col_blocks", "stride_cn", "stride_cr"] if aligned else []
+    sizes = ["row_exp_ptr", "col_exp_ptr", "cols", "col_blocks", "stride_cn", "stride_cr"]
+    divisible = [*pointers, *sizes] if aligned else []
     return ptx.compile_kernel(_decode_kernel, signature, constexprs, divisible=divisible, capability=capability,
                               num_warps=num_warps)

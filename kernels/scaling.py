@@ -42,7 +42,7 @@ from kernels import ptx
 from kernels.crt import ldexp_factors
 from kernels.float64 import EXPONENT_BIAS, FRACTION_BITS, MAGNITUDE_MASK, SIGNIFICAND_BITS, ULP_BIAS
 
-__all__ = ["EXTENTS_BLOCK", "EXTENTS_WARPS", "LINE_CAP", "MAX_GRID_Y", "MAX_WIDTH", "NO_SET_BIT", "SHIFTS_BLOCK",
+__all__ = ["EXTENTS_BLOCK", "EXTENTS_WARPS", "INF_PATTERN", "LINE_CAP", "MAX_GRID_Y", "MAX_WIDTH", "NO_SET_BIT", "SHIFTS_BLOCK",
            "SUMMARY_FIELDS", "SUMMARY_LENGTH", "SUMMARY_WIDTHS", "Extents", "chunked_grid", "compile_ptx",
            "exact_bits_kernel", "frexp_exponent", "line_block", "line_summary_kernel", "reference_line_summary",
            "reference_row_extents", "reference_row_shifts", "row_extents_kernel", "row_shifts_kernel"]
@@ -266,8 +266,10 @@ MAX_WIDTH = 2100
 SUMMARY_LENGTH = SUMMARY_WIDTHS + MAX_WIDTH
 # Above every bit count: the minimum over no line.
 LINE_CAP = 1 << 62
+# The IEEE pattern of +inf: finite non-negative float64s' patterns lie below it, NaN's above.
+INF_PATTERN = 0x7FF0000000000000
 SUMMARY_BLOCK = 1024
-_INF_PATTERN = tl.constexpr(0x7FF0000000000000)
+_INF_PATTERN = tl.constexpr(INF_PATTERN)
 _LINE_CAP = tl.constexpr(LINE_CAP)
 _SUMMARY_WIDTHS = tl.constexpr(SUMMARY_WIDTHS)
 _MAX_WIDTH = tl.constexpr(MAX_WIDTH)
@@ -343,7 +345,7 @@ def reference_line_summary(bits: torch.Tensor, lossless: torch.Tensor, row_max: 
         slot = min(max(width, 0), MAX_WIDTH - 1)
         widths[slot] = max(widths[slot], level[i] + 2 if lossy else 1)
     head = [max(bits, default=0), max(lossless, default=0), max(largest, default=0),
-            max((0x7FF0000000000000 - x for x in largest if x > 0), default=0),
+            max((INF_PATTERN - x for x in largest if x > 0), default=0),
             max((LINE_CAP - b for b in bits), default=0), max(sums, default=0), max(squares, default=0)]
     return head + widths
 

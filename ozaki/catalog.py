@@ -20,7 +20,6 @@ quietly serving fewer plans.
 from __future__ import annotations
 
 import difflib
-import functools
 import os
 from functools import cache
 from pathlib import Path
@@ -72,7 +71,7 @@ def catalog_dir() -> Path:
     return wheel if os.path.isdir(wheel) else source
 
 
-@functools.cache
+@cache
 def _installed_dirs(package: Path) -> tuple[Path, Path]:
     # The two places, built once: a product's planning asks for the catalog several times per
     # call, and pathlib's joins cost more than the one stat that picks between them.

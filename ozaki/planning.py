@@ -38,9 +38,9 @@ PLAN_ENGINES = ("int8", "fp8", "fp4")
 _FILL_ENGINE = "int8"
 ENGINES = ("auto", "reference", *PLAN_ENGINES)
 # Above every bit count and guard: a minimum over no line (a device may hold none of a side).
-_NO_LINE = 1 << 62
+_NO_LINE = scaling_kernels.LINE_CAP
 # The IEEE pattern of +inf: finite non-negative float64s' patterns lie below it, NaN's above.
-_INF_PATTERN = 0x7FF0000000000000
+_INF_PATTERN = scaling_kernels.INF_PATTERN
 
 # The elementwise error bound each accuracy documents (README, ozaki.matmul), u = 2^-53.
 _CORRECTLY_ROUNDED = "correctly rounded: |C^ - C| <= u|C| + 2^-1075 (u = 2^-53)"
@@ -391,10 +391,14 @@ class _Reading:
         # The patterns of the largest row maximum and of the least non-zero one (inf's less the
         # largest of inf's less each): non-negative patterns order as their values, NaN's lie
         # above inf's, so the largest shows NaN or ±inf.
+        if widest >= scaling_kernels.MAX_WIDTH and largest < _INF_PATTERN:
+            # Finite float64 rows span at most 1024 + 1074 bits: the summary's slots hold them all.
+            raise RuntimeError(f"a finite row's lossless width {widest} passes the summary's "
+                               f"{scaling_kernels.MAX_WIDTH} slots: kernels.scaling.MAX_WIDTH is too small")
         # No line is wider than the widest (the slots past it are empty).
         widths = summary[scaling_kernels.SUMMARY_WIDTHS:][:widest + 1]
         return cls(most_bits, widest, _top_of(largest), _top_of(_INF_PATTERN - below_inf), largest >= _INF_PATTERN,
-                   scaling_kernels.LINE_CAP - below_cap if below_cap else _NO_LINE, sums, squares, tuple(widths))
+                   _NO_LINE - below_cap if below_cap else _NO_LINE, sums, squares, tuple(widths))
 
     def fewest_bits(self, widened: int | None) -> int:
         """The fewest bits of any line: as read, or once every line keeps min(lossless, widened)."""

@@ -239,6 +239,7 @@ def test_line_steps_equal_the_torch_path_on_any_lines(lines, data):
         (lambda x, top: window_tops_kernel(top, top.int(), 4, 30), ValueError, "sums"),
         (lambda x, top: window_tops_kernel(top, top[:1], 4, 30), ValueError, "sums"),
         (lambda x, top: window_tops_kernel(top, top, 4, -1), ValueError, "non-negative"),
+        (lambda x, top: window_tops_kernel(top, top, 2**23, 31), ValueError, r"K·2\^levels at most 2\^53"),
         (lambda x, top: levels_kernel(x[0].float(), top, top, 0), ValueError, "least"),
         (lambda x, top: levels_kernel(x[0], top, x[0], 0), ValueError, "window_top"),
         (lambda x, top: upper_reading_kernel(x.float(), top, 30), TypeError, "float64"),

@@ -260,6 +260,15 @@ def test_line_summary_equals_the_torch_path(lines, lossy):
     assert torch.equal(twice.cpu(), want)
 
 
+def test_a_finite_width_past_the_summarys_slots_is_refused():
+    # Unreachable for float64 rows (at most 1024 + 1074 bits wide), so checked on a made-up summary.
+    summary = [60, kernels.scaling.MAX_WIDTH, 0x3FF0000000000000, 0, 0, 0, 0] + [0] * kernels.scaling.MAX_WIDTH
+    with pytest.raises(RuntimeError, match="MAX_WIDTH is too small"):
+        planning._Reading.of(summary)
+    summary[2] = kernels.scaling.INF_PATTERN  # a non-finite operand: its widths are never used
+    assert planning._Reading.of(summary).nonfinite
+
+
 def test_line_summary_refuses_bad_calls():
     bits = torch.zeros(3, dtype=torch.int64, device=DEVICE)
     row_max = torch.zeros(3, dtype=torch.float64, device=DEVICE)

@@ -12,32 +12,31 @@ for, 2 * K * (2**p - 1) * (2**q - 1) < M):
    1/2 + 2**-4 of X' / M (see _constants), so Y0 = X' - q * M, whose limbs are
    S_l - q * limb_l(M), lies in (-M, M).  N * L + 2 * L multiply-adds per entry and no
    modular reduction.
-2. Carries settle the limbs of Y0 into [0, 2**b), the top limb signed, all in float64 (a
-   scaling by 2**-b and a floor per limb, exact below 2**53).  Y0 ≡ Y (mod M) and
-   |Y0 - Y| < 3M/2, so Y0 is Y, Y + M or Y - M: exactly one of Y0, Y0 - M, Y0 + M lies in
-   (-M/2, M/2), and with G = floor(M/2) it is Y0 - M where Y0 > G, Y0 + M where Y0 < -G, and
-   Y0 itself otherwise (for even M, Y0 = ±G = ±M/2 is the class without a representative:
-   flagged).  The comparisons are exact: settled limbs minus the settled limbs of G (and of
-   -G), summed from the top by Horner's rule in float64, keep the sign of the exact
-   difference (lower limbs weigh less than one unit of the limb above; see _compare).  The
+2. Carries settle the limbs of Y0 into [0, 2**b), the top limb signed, in int64 (exact:
+   every limb is an integer below 2**53), and constant shifts gather them into 64-bit
+   words of two's complement (_words).  Y0 ≡ Y (mod M) and |Y0 - Y| < 3M/2, so Y0 is Y,
+   Y + M or Y - M: exactly one of Y0, Y0 - M, Y0 + M lies in (-M/2, M/2), and with
+   G = floor(M/2) it is Y0 - M where Y0 > G, Y0 + M where Y0 < -G, and Y0 itself otherwise
+   (for even M, Y0 = ±G = ±M/2 is the class without a representative: flagged).  The
+   comparisons with the words of ±G are exact integer comparisons, word by word.  The
    float64 estimate only has to pick q within one; where it is off by one -- Y within about
    2**-4 * M of +-M/2, the only entries the rounding of E can mislead -- the correction
-   adds +-M to the limbs in the same pass.  It is branch-free: every entry pays the
-   comparisons (two subtractions and a multiply-add per limb, in registers) and only entries
-   in that band change; skipping it for a whole block would take a cross-thread reduction
-   (shuffles, shared memory), dearer than the comparison itself.  |Y| is -Y0 or Y0, plus M
-   where Y0 was beyond, settled again.
+   adds +-M in the same pass.  It is branch-free: every entry pays the comparisons (in
+   registers) and only entries in that band change; skipping it for a whole block would
+   take a cross-thread reduction (shuffles, shared memory), dearer than the comparison
+   itself.  |Y| is -Y0 or Y0, plus M where Y0 was beyond: one sum of words.
 3. One rounding to nearest even of |Y| * 2**e from a 63-bit word normalized from the top
-   limbs plus a sticky bit, subnormals and overflow included (_round).
+   two words plus a sticky bit, subnormals and overflow included (_round).
 
-The limb width b (21 to 32 bits) is picked per moduli set: the fewest limbs L that the
-float64 bound on S_l admits, then the widest (int8 sets: 32 bits, 4 limbs for 16 moduli,
-6 for 23; the 121-bit FP4 plan: 4 limbs).
+The limb width b is picked per moduli set: the fewest limbs L that the float64 bound on S_l
+admits, then 32 bits where they do, else the widest (int8 sets: 4 limbs of 32 bits for 16
+moduli, 5 of 39 bits for 23).  The words are as
+many as Y0's two's complement needs: 2 for 16 int8 moduli, 3 for 23.
 
 Per entry the limbs are a tuple of 1-D tensors, so there is no limb axis to pad to a power
 of two or to index by data: every limb is a register, every step a static sequence of
 register operations (the tests check the PTX for the absence of shared memory, shuffles
-and local memory).  The tables (limbs of w_i and of M, G, -G, the scales 2**(b*l) / M)
+and local memory).  The tables (limbs of w_i and of M, words of ±G, M, the scales 2**(b*l) / M)
 are constexprs: they compile into the instructions, with no table loads and no registers
 held for them; each moduli set compiles its own kernel.
 
@@ -78,12 +77,14 @@ DECODE_BLOCK = 256
 DECODE_WARPS = 2
 # The residue types decode_residues reads (kernels.products.residue_dtype writes the narrowest).
 _RESIDUE_DTYPES = (torch.uint8, torch.int16, torch.int32, torch.int64)
-# Limb widths.  Limbs of at most 32 bits keep every term of _round's 63-bit word under
-# 2**63; from 21 bits on, a window of at most four limbs covers it.
+# Limb widths: 2 * spread * 2**b <= 2**53 (_constants) admits 21 bits for the largest spread
+# accepted, sum(m - 1) <= 2**31, and at most 51 for any.
 _MIN_LIMB_BITS = 21
-_MAX_LIMB_BITS = 32
-# Exponent sums saturate at +-2**34 in the kernel; see the proof there.
-_EXPONENT_CLAMP = 2**34
+_MAX_LIMB_BITS = 51
+# Exponent sums saturate at +-2**26 in the kernel, past every product's bits (at most
+# _MAX_PRODUCT_BITS); see the proof there.
+_MAX_PRODUCT_BITS = 2**24
+_EXPONENT_CLAMP = 2**26
 
 
 @triton.jit
@@ -103,97 +104,151 @@ def ldexp_factors(e):
 
 
 @triton.jit
-def _settle(limbs, LIMB: tl.constexpr):
-    # Limbs (float64 integers, a tuple, bottom first) below the top into [0, 2**LIMB), bottom
-    # up; the top limb keeps the signed rest.  Every limb handed in is at most
-    # 2 * spread * (2**LIMB - 1) in magnitude, so by induction every carry is at most
-    # 2 * spread and every value at most 2 * spread * 2**LIMB <= 2**53 (_constants): the
-    # scaling by 2**-LIMB, the floor, the remainder and the sum with the carry are exact.
-    settled = limbs[:1]
-    for l in tl.static_range(1, len(limbs)):
-        carry = tl.floor(settled[l - 1] * (1.0 / (1 << LIMB)))
-        settled = settled[:l - 1] + (settled[l - 1] - carry * (1 << LIMB), limbs[l] + carry)
-    return settled
-
-
-@triton.jit
-def _compare(limbs, bound, LIMB: tl.constexpr):
-    # Settled limbs minus a constant's settled limbs, summed from the top by Horner's rule in
-    # float64: the result has the sign of the exact difference and is zero exactly when it
-    # is.  Below the top both limbs lie in [0, 2**LIMB), so |d_l| < 2**LIMB.  While the
-    # partial value h is zero it takes d_l exactly; once it is a non-zero integer,
-    # |h * 2**LIMB| >= 2**LIMB > |d_l|, so neither h * 2**LIMB + d_l nor its rounding (nor an
-    # overflow to inf) changes sign or vanishes.  No select per limb.
-    top: tl.constexpr = len(limbs) - 1
-    h = limbs[top] - bound[top]
-    for j in tl.static_range(1, len(limbs)):
-        h = h * (1 << LIMB) + (limbs[top - j] - bound[top - j])
-    return h
-
-
-@triton.jit
-def _round(limbs, exponent, LIMB: tl.constexpr, WINDOW: tl.constexpr):
-    # |Y| * 2**exponent rounded to nearest even, from the settled limbs of |Y| (float64
-    # integers in [0, 2**LIMB), bottom first).  A result under 2**-1022 keeps fewer bits (its
-    # last one weighs 2**-1074), so it is rounded once, straight to the subnormal grid.
-    #
-    # The WINDOW top limbs, WINDOW = 1 + ceil(62 / LIMB), hold the top non-zero limb and at
-    # least 62 bits under it.  Static steps move the window down one limb while its top limb
-    # is zero (limbs under index 0 are zeros): whether step s moves it depends on the entry,
-    # but the limb it brings in is fixed, since once the top is non-zero no later step moves.
-    # So every step is a comparison and a few selects in registers, no indexing by data.
-    n_limbs: tl.constexpr = len(limbs)
-    zero = tl.zeros_like(limbs[0])
-    window = ()
-    for k in tl.static_range(WINDOW):
-        if n_limbs - WINDOW + k >= 0:
-            window += (limbs[n_limbs - WINDOW + k],)
+def _words(limbs, LIMB: tl.constexpr, WORDS: tl.constexpr):
+    # The two's complement 64-bit words (bottom first) of Y0 = sum_l limb_l * 2**(LIMB * l),
+    # from its limbs (float64 integers, |limb| <= 2 * spread * 2**LIMB <= 2**53: _constants).
+    # Carries settle the limbs below the top into [0, 2**LIMB), the top one keeps the signed
+    # rest, all exact in int64; each word then gathers the bits of the limbs it overlaps by
+    # constant shifts (the top limb's arithmetic shifts extend the sign), so no two
+    # contributions share a bit and OR adds them.
+    settled = ()
+    carry = tl.zeros(limbs[0].shape, tl.int64)
+    for l in tl.static_range(len(limbs)):
+        value = limbs[l].to(tl.int64) + carry
+        if l < len(limbs) - 1:
+            settled += (value & ((1 << LIMB) - 1),)
+            carry = value >> LIMB
         else:
-            window += (zero,)
-    # below[j]: a non-zero limb at or under index j (for the sticky bit).
-    below = (limbs[0] != 0,)
-    for j in tl.static_range(1, n_limbs):
-        below += (below[j - 1] | (limbs[j] != 0),)
-    if n_limbs > WINDOW:
-        lost = below[n_limbs - WINDOW - 1]
+            settled += (value,)
+    words = ()
+    for j in tl.static_range(WORDS):
+        word = tl.zeros(limbs[0].shape, tl.int64)
+        for l in tl.static_range(len(limbs)):
+            # The limb's bit 0 sits at bit LIMB * l - 64 * j of the word.
+            if l == len(limbs) - 1:
+                if LIMB * l - 64 * j >= 0:
+                    if LIMB * l - 64 * j < 64:
+                        word |= settled[l] << (LIMB * l - 64 * j)
+                elif 64 * j - LIMB * l < 64:
+                    word |= settled[l] >> (64 * j - LIMB * l)
+                else:
+                    word |= settled[l] >> 63
+            elif LIMB * l - 64 * j >= 0:
+                if LIMB * l - 64 * j < 64:
+                    word |= settled[l] << (LIMB * l - 64 * j)
+            elif 64 * j - LIMB * l < LIMB:
+                word |= settled[l] >> (64 * j - LIMB * l)
+        words += (word,)
+    return words
+
+
+@triton.jit
+def _word(words, j):
+    # Word j of a multiword integer as its comparisons read it: the top one signed, the
+    # others unsigned.
+    if j == len(words) - 1:
+        word = words[j]
     else:
-        lost = tl.zeros(limbs[0].shape, tl.int1)
-    moves = tl.zeros(limbs[0].shape, tl.int32)
-    for entering in tl.static_range(n_limbs - WINDOW - 1, -WINDOW, -1):
-        empty = window[WINDOW - 1] == 0
+        word = words[j].to(tl.uint64, bitcast=True)
+    return word
+
+
+@triton.jit
+def _above(words, bound):
+    # Whether the multiword Y0 exceeds a constant's words (bottom first, the top one signed):
+    # from the bottom up, a word decides unless it ties, when the words under it do.
+    above = _word(words, 0) > bound[0]
+    for j in tl.static_range(1, len(words)):
+        above = (_word(words, j) > bound[j]) | ((_word(words, j) == bound[j]) & above)
+    return above
+
+
+@triton.jit
+def _below(words, bound):
+    # Whether the multiword Y0 is under a constant's words (as _above).
+    below = _word(words, 0) < bound[0]
+    for j in tl.static_range(1, len(words)):
+        below = (_word(words, j) < bound[j]) | ((_word(words, j) == bound[j]) & below)
+    return below
+
+
+@triton.jit
+def _equal(words, bound):
+    equal = _word(words, 0) == bound[0]
+    for j in tl.static_range(1, len(words)):
+        equal &= _word(words, j) == bound[j]
+    return equal
+
+
+@triton.jit
+def _add(x, y):
+    # The multiword sum of two tuples of uint64 words (bottom first), modulo 2**(64 * words):
+    # a carry leaves a word exactly when its sum wraps below either addend.
+    total = ()
+    carry = tl.zeros(x[0].shape, tl.uint64)
+    for j in tl.static_range(len(x)):
+        partial = x[j] + y[j]
+        word = partial + carry
+        if j < len(x) - 1:
+            carry = ((partial < x[j]) | (word < partial)).to(tl.uint64)
+        total += (word,)
+    return total
+
+
+@triton.jit
+def _round(words, exponent):
+    # |Y| * 2**exponent rounded to nearest even, from the uint64 words of |Y| (bottom first).
+    # A result under 2**-1022 keeps fewer bits (its last one weighs 2**-1074), so it is
+    # rounded once, straight to the subnormal grid.
+    #
+    # A window of two words holds the top non-zero word and the word under it: static steps
+    # move it down one word while its top word is zero (words under index 0 are zeros).  Whether
+    # step s moves it depends on the entry, but the word it brings in is fixed, since once the
+    # top is non-zero no later step moves.  Every step is a comparison and selects in registers.
+    n_words: tl.constexpr = len(words)
+    zero = tl.zeros_like(words[0])
+    high = words[n_words - 1]
+    if n_words > 1:
+        low = words[n_words - 2]
+    else:
+        low = zero
+    # below[j]: a non-zero word at or under index j (for the sticky bit).
+    below = (words[0] != 0,)
+    for j in tl.static_range(1, n_words):
+        below += (below[j - 1] | (words[j] != 0),)
+    if n_words > 2:
+        lost = below[n_words - 3]
+    else:
+        lost = tl.zeros(words[0].shape, tl.int1)
+    moves = tl.zeros(words[0].shape, tl.int32)
+    for entering in tl.static_range(n_words - 3, -2, -1):
+        empty = high == 0
         if entering >= 0:
-            moved = (limbs[entering],)
+            coming = words[entering]
         else:
-            moved = (zero,)
-        moved += window[:WINDOW - 1]
-        shifted = ()
-        for k in tl.static_range(WINDOW):
-            shifted += (tl.where(empty, moved[k], window[k]),)
-        window = shifted
+            coming = zero
+        high, low = tl.where(empty, low, high), tl.where(empty, coming, low)
         if entering >= 1:
             lost = tl.where(empty, below[entering - 1], lost)
         elif entering == 0:
             lost = tl.where(empty, False, lost)
         moves += empty.to(tl.int32)
 
-    # Normalize: W = floor(window * 2**(lz + 63 - WINDOW * LIMB)) puts the leading bit at bit
-    # 62 (lz: leading zeros of the top limb in LIMB bits, from its float64 exponent).  Each
-    # limb's term is below 2**63 and the terms do not overlap; the window covers bits 0..62
-    # of W, since (WINDOW - 1) * LIMB >= 62.  Bits shifted out below W only feed the sticky bit.
-    top_bits = (window[WINDOW - 1].to(tl.int64, bitcast=True) >> 52) - 1023
-    lz = tl.minimum(tl.maximum(LIMB - 1 - top_bits, 0), LIMB - 1).to(tl.int32)
-    word = tl.zeros(limbs[0].shape, tl.uint64)
-    for k in tl.static_range(WINDOW):
-        limb = window[k].to(tl.uint64)
-        place = k * LIMB + 63 - WINDOW * LIMB
-        if place >= 0:
-            word |= limb << (lz + place).to(tl.uint64)
-        else:
-            aligned = limb << lz.to(tl.uint64)
-            word |= aligned >> (-place)
-            lost |= (aligned << (64 + place)) != 0
+    # Leading zeros of the top word, from the float64 exponent of its top non-zero half
+    # (exact: under 2**32); 0 for |Y| = 0, whose word stays 0.
+    upper = (high >> 32).to(tl.uint32)
+    half = tl.where(upper != 0, upper, high.to(tl.uint32))
+    half_bits = (half.to(tl.float64).to(tl.int64, bitcast=True) >> 52).to(tl.int32) - 1022
+    lz = tl.where(upper != 0, 32, 64) - tl.where(half != 0, half_bits, 64)
+    lz = tl.minimum(tl.maximum(lz, 0), 63).to(tl.int32)
+    # W = the window's top 64 bits shifted to a leading bit at 62 (63 bits, so that the sum
+    # below stays under 2**64), the bits under it in the sticky bit.
+    left = lz.to(tl.uint64)
+    full = (high << left) | ((low >> 1) >> (63 - left))
+    lost |= ((low << left) != 0) | ((full & 1) != 0)
+    word = full >> 1
     # |Y| = (word + f) * 2**base with f in [0, 1), f > 0 exactly where lost.
-    base = LIMB * (n_limbs - WINDOW - moves) + (WINDOW * LIMB - 63) - lz
+    base = 64 * (n_words - 2 - moves) + 65 - lz
     # Bits of word under the result's last place: 10 for a normal result (word has 63
     # bits), more toward the subnormal grid; from 64 on the value is under half of
     # 2**-1074 and rounds to 0.  With at least 10 dropped bits the sticky bit can sit in
@@ -214,7 +269,8 @@ def _round(limbs, exponent, LIMB: tl.constexpr, WINDOW: tl.constexpr):
 def _decode_kernel(
     c_ptr, row_exp_ptr, col_exp_ptr, out_ptr, flag_ptr, cols, col_blocks, stride_cn, stride_cr, stride_cc,
     MODULI: tl.constexpr, WEIGHTS: tl.constexpr, SCALES: tl.constexpr, MODULUS: tl.constexpr, HALF: tl.constexpr,
-    NEGATIVE_HALF: tl.constexpr, LIMB: tl.constexpr, WINDOW: tl.constexpr, EVEN: tl.constexpr,
+    NEGATIVE_HALF: tl.constexpr, MODULUS_WORDS: tl.constexpr, MODULUS_PLUS_ONE: tl.constexpr, ONE: tl.constexpr,
+    LIMB: tl.constexpr, EVEN: tl.constexpr,
     EXPONENT_CLAMP: tl.constexpr, BLOCK: tl.constexpr,
 ):
     # One program: BLOCK consecutive columns of one row (no per-entry division).  The tables
@@ -223,16 +279,16 @@ def _decode_kernel(
     row = pid // col_blocks
     offs_c = (pid % col_blocks) * BLOCK + tl.arange(0, BLOCK)
     mask = offs_c < cols
-    # |Y| < 2**bits(M) with bits(M) < 2**32 (the launcher's sum bound), so past +-2**34 the
-    # result is 0 or inf either way: the exponent saturates there, which keeps every later
-    # exponent sum far inside int64.  The int64 sum wraps; a wrap (both terms of one sign,
-    # the sum of the other) saturates by the sign of the terms.
+    # |Y| < 2**bits(M) with bits(M) <= 2**24 (_constants), so past +-2**26 the result is 0
+    # or inf either way: the exponent saturates there, which keeps every later exponent sum
+    # inside int32.  The int64 sum wraps; a wrap (both terms of one sign, the sum of the
+    # other) saturates by the sign of the terms.
     row_exp = tl.load(row_exp_ptr + row)
     col_exp = tl.load(col_exp_ptr + offs_c, mask=mask, other=0)
     exponent = row_exp + col_exp
     wrapped = ((row_exp ^ exponent) & (col_exp ^ exponent)) < 0
     exponent = tl.where(wrapped, tl.where(col_exp < 0, -EXPONENT_CLAMP, EXPONENT_CLAMP),
-                        tl.minimum(tl.maximum(exponent, -EXPONENT_CLAMP), EXPONENT_CLAMP))
+                        tl.minimum(tl.maximum(exponent, -EXPONENT_CLAMP), EXPONENT_CLAMP)).to(tl.int32)
 
     # 1. Linear CRT: the limb sums of X', one residue at a time (a tuple of 1-D tensors:
     # no padding to a power of two; zero weight limbs cost nothing).
@@ -264,34 +320,39 @@ def _decode_kernel(
         estimate += sums[top - j] * tl.full((), SCALES[top - j], tl.float64)
     nearest = tl.floor(estimate + 0.5)
 
-    # 2. Settle Y0 = X' - q * M in (-M, M); its sign is the top limb's.
+    # 2. Y0 = X' - q * M in (-M, M), as words of two's complement (_words); its sign is the
+    # top word's.
     limbs = ()
     for l in tl.static_range(len(MODULUS)):
         limbs += (sums[l] - nearest * MODULUS[l],)
-    limbs = _settle(limbs, LIMB)
+    words = _words(limbs, LIMB, len(HALF))
     # Y0 > G needs Y0 > 0, Y0 < -G needs Y0 < 0: comparing with both bounds needs no sign.
-    above = _compare(limbs, HALF, LIMB)
-    under = _compare(limbs, NEGATIVE_HALF, LIMB)
+    above = _above(words, HALF)
+    under = _below(words, NEGATIVE_HALF)
     # Y0 beyond +-G (and |Y0| < M): the representative is Y0 -+ M, of the other sign.
-    beyond = (above > 0) | (under < 0)
-    negative = (limbs[top] < 0) != beyond
+    beyond = above | under
+    negative = (words[len(HALF) - 1] < 0) != beyond
     # Flag 2: a residue out of range, 1: Y0 = +-M/2 with M even, no representative in
     # (-M/2, M/2).  Only flagged entries touch the flag, so a clean launch pays no
     # reduction or atomic.
-    code = tl.where(outside, 2, tl.where(((above == 0) | (under == 0)) & EVEN, 1, 0))
+    half = _equal(words, HALF) | _equal(words, NEGATIVE_HALF)
+    code = tl.where(outside, 2, tl.where(half & EVEN, 1, 0))
     tl.atomic_max(flag_ptr + tl.zeros_like(offs_c), code, mask=mask & (code != 0), sem="relaxed")
 
-    # |Y| = -Y0 or Y0, plus M where Y0 was beyond (M - Y0 for Y0 > G, Y0 + M for Y0 < -G);
-    # every limb below 2**(LIMB + 1) in magnitude, settled again: the limbs of |Y| < M/2.
-    sign = tl.where(negative, -1.0, 1.0)
-    add = beyond.to(tl.float64)
-    magnitude_limbs = ()
-    for l in tl.static_range(len(MODULUS)):
-        magnitude_limbs += (sign * limbs[l] + add * MODULUS[l],)
-    magnitude_limbs = _settle(magnitude_limbs, LIMB)
+    # |Y| = -Y0 or Y0, plus M where Y0 was beyond (M - Y0 for Y0 > G, Y0 + M for Y0 < -G),
+    # as one sum of words: Y0's bits flipped where Y is negative (-Y0 - 1), plus 1 there and
+    # M where Y0 was beyond.  |Y| < M/2 fits the words, so the sum's wrap never bites.
+    flip = negative.to(tl.int64) * -1
+    flipped = ()
+    addend = ()
+    for j in tl.static_range(len(HALF)):
+        flipped += ((words[j] ^ flip).to(tl.uint64, bitcast=True),)
+        addend += (tl.where(beyond, tl.where(negative, MODULUS_PLUS_ONE[j], MODULUS_WORDS[j]),
+                            tl.where(negative, ONE[j], 0)).to(tl.uint64),)
+    magnitude_words = _add(flipped, addend)
 
     # 3. One rounding.
-    magnitude = _round(magnitude_limbs, exponent, LIMB, WINDOW)
+    magnitude = _round(magnitude_words, exponent)
     # The sign goes in as a bit.  On the H200 the float select of -magnitude returned +0.0
     # for a negative Y that underflows to zero (tests/test_kernels_crt.py, subnormal
     # exponents; the interpreter keeps -0.0): an integer OR leaves no float rule about
@@ -306,8 +367,12 @@ class _Layout(NamedTuple):
     weights: tuple[tuple[int, ...], ...]  # limbs of w_i = (M/m_i) * ((M/m_i)^-1 mod m_i)
     scales: tuple[float, ...]  # 2**(b * l) / M, rounded once
     modulus: tuple[int, ...]  # limbs of M
-    half: tuple[int, ...]  # settled limbs of G = floor(M/2)
-    negative_half: tuple[int, ...]  # settled limbs of -G, the top one negative
+    # Words of 64 bits, bottom first (_words_of): the lower ones unsigned, the top one signed.
+    half: tuple[int, ...]  # G = floor(M/2)
+    negative_half: tuple[int, ...]  # -G
+    modulus_words: tuple[int, ...]  # M
+    modulus_plus_one: tuple[int, ...]  # M + 1
+    one: tuple[int, ...]  # 1
     even: bool  # M is even: Y0 = +-M/2 is flagged
 
 
@@ -323,8 +388,8 @@ def _constants(moduli: tuple[int, ...]) -> _Layout:
     # Exactness of the limb sums (n = len(moduli)).  Residues satisfy |c_i| <= m_i - 1
     # (checked per entry), so sum |c_i| <= spread, and |q| <= spread (below).  Every partial
     # sum of S_l, the q * limb_l(M) term included, is then an integer of magnitude at most
-    # 2 * spread * (2**b - 1), and settling adds carries of at most 2 * spread (_settle):
-    # all exact in float64 while 2 * spread * 2**b <= 2**53.
+    # 2 * spread * (2**b - 1): exact in float64 while 2 * spread * 2**b <= 2**53, and so in
+    # int64 with the carries of the settling (_words).
     spread = sum(m - 1 for m in moduli)
     widths = [b for b in range(_MIN_LIMB_BITS, _MAX_LIMB_BITS + 1) if 2 * spread * 2**b <= FLOAT64_EXACT]
     if not widths:
@@ -333,9 +398,13 @@ def _constants(moduli: tuple[int, ...]) -> _Layout:
             "and would round; use fewer or smaller moduli (sum(m - 1) <= 2**31)"
         )
     product = math.prod(moduli)
-    # The fewest limbs (the multiply-adds are n * L), then the widest (the fewest in _round's
-    # window).  |Y0| < M fits: the top limb is a float64 integer, signed and unbounded.
-    limb_bits = max(widths, key=lambda b: (-_limb_count(product, b), b))
+    if product.bit_length() > _MAX_PRODUCT_BITS:
+        raise ValueError(f"moduli whose product has {product.bit_length()} bits: the decode handles products of at "
+                         f"most 2**24 bits (its exponents are int32); use fewer moduli")
+    # The fewest limbs (the multiply-adds are n * L), then 32 bits, whose limbs pair into the
+    # words with no shifts across them, else the widest.  |Y0| < M fits: the top limb is a
+    # float64 integer, signed and unbounded.
+    limb_bits = max(widths, key=lambda b: (-_limb_count(product, b), b == 32, b))
     n_limbs = _limb_count(product, limb_bits)
     # The estimate E = sum_l S_l * fl(2**(b*l) / M) of X'/M = sum_l S_l * 2**(b*l) / M.  The
     # top term is at most sum |c_i| * w_i / M <= spread (limb_top(w_i) * 2**(b*top) <= w_i < M),
@@ -357,6 +426,14 @@ def _constants(moduli: tuple[int, ...]) -> _Layout:
         mask = (1 << limb_bits) - 1
         return tuple((x >> (limb_bits * j)) & (mask if j < n_limbs - 1 else -1) for j in range(n_limbs))
 
+    # Words enough for Y0 in (-M, M) in two's complement: bits(M) + 1 bits.
+    n_words = -(-(product.bit_length() + 1) // 64)
+
+    def words_of(x: int) -> tuple[int, ...]:
+        """x's words in two's complement, bottom first: below the top in [0, 2**64), the top
+        one signed."""
+        return tuple((x >> (64 * j)) & ((1 << 64) - 1) if j < n_words - 1 else x >> (64 * j) for j in range(n_words))
+
     weights = []
     for m in moduli:
         cofactor = product // m
@@ -366,8 +443,11 @@ def _constants(moduli: tuple[int, ...]) -> _Layout:
         weights=tuple(weights),
         scales=tuple((1 << (limb_bits * j)) / product for j in range(n_limbs)),  # int / int rounds once
         modulus=limbs_of(product),
-        half=limbs_of(product // 2),
-        negative_half=limbs_of(-(product // 2)),
+        half=words_of(product // 2),
+        negative_half=words_of(-(product // 2)),
+        modulus_words=words_of(product),
+        modulus_plus_one=words_of(product + 1),
+        one=words_of(1),
         even=product % 2 == 0,
     )
 
@@ -379,9 +459,9 @@ def _limb_count(product: int, limb_bits: int) -> int:
 def _constexprs(moduli: tuple[int, ...], block: int) -> dict[str, object]:
     layout = _constants(moduli)
     return dict(MODULI=moduli, WEIGHTS=layout.weights, SCALES=layout.scales, MODULUS=layout.modulus,
-                HALF=layout.half, NEGATIVE_HALF=layout.negative_half, LIMB=layout.limb_bits,
-                WINDOW=1 + -(-62 // layout.limb_bits), EVEN=layout.even, EXPONENT_CLAMP=_EXPONENT_CLAMP,
-                BLOCK=block)
+                HALF=layout.half, NEGATIVE_HALF=layout.negative_half, MODULUS_WORDS=layout.modulus_words,
+                MODULUS_PLUS_ONE=layout.modulus_plus_one, ONE=layout.one, LIMB=layout.limb_bits,
+                EVEN=layout.even, EXPONENT_CLAMP=_EXPONENT_CLAMP, BLOCK=block)
 
 
 def decode_residues(c: torch.Tensor, moduli: Sequence[int], row_exponent: torch.Tensor,

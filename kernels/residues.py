@@ -245,7 +245,8 @@ def _encode_kernel(
     mask = (offs_r[:, None] < rows) & (offs_k[None, :] < K)
     x = tl.load(x_ptr + offs_r[:, None].to(tl.int64) * stride_xr + offs_k[None, :].to(tl.int64) * stride_xk,
                 mask=mask, other=0.0)
-    shift = tl.load(shift_ptr + offs_r, mask=offs_r < rows, other=0)  # int32, |shift| <= MAX_SHIFT
+    # |shift| <= MAX_SHIFT (the launcher's check): int32 from here on.
+    shift = tl.load(shift_ptr + offs_r, mask=offs_r < rows, other=0).to(tl.int32)
     out_ptrs = out_ptr + offs_r[:, None].to(tl.int64) * K + offs_k[None, :]
     stride_plane = tl.cast(stride_plane, tl.int64)  # planes * rows * K passes 2**31
     if FLOAT_TILES:
@@ -404,10 +405,11 @@ def encode_planes(x: torch.Tensor, shift: torch.Tensor, encodings: Sequence, sid
         raise ValueError(f"{size} powers of two for {len(moduli)} moduli pass int32 table offsets; encode fewer "
                          "moduli per call")
     powers = _power_table(moduli, size, x.device)
-    flag = torch.zeros(1, dtype=torch.int32, device=x.device)
+    # The kernel flags a non-finite entry; finite x never writes the flag, nor is it read then.
+    flag = (torch.empty if known_finite else torch.zeros)(1, dtype=torch.int32, device=x.device)
     grid = (triton.cdiv(rows, block[0]), triton.cdiv(k, block[1]))
     _encode_kernel[grid](
-        flat, shift.reshape(rows).to(torch.int32), powers, tables.plane_start, tables.table, out, flag,
+        flat, shift.reshape(rows).contiguous(), powers, tables.plane_start, tables.table, out, flag,
         rows, k, flat.stride(0), flat.stride(1), tables.table.stride(0), rows * k,
         MODULI=moduli, BASES=tables.bases, COMPUTED=tables.computed,
         FLOAT_TILES=_float_tiles(moduli, tables.bases, (lowest, highest)), BLOCK_R=block[0], BLOCK_K=block[1],
@@ -439,7 +441,7 @@ def compile_kernel(moduli: Sequence[int], capability: int = 90, operand: str = "
         raise ValueError(f"operand must be 'a' or 'b', got {operand!r}")
     moduli = tuple(moduli)
     block, warps = ENCODE_LAUNCHES["k" if operand == "a" else "rows"]
-    pointers = {"x_ptr": "*fp64", "shift_ptr": "*i32", "pow_ptr": "*fp64", "plane_start_ptr": "*i32",
+    pointers = {"x_ptr": "*fp64", "shift_ptr": "*i64", "pow_ptr": "*fp64", "plane_start_ptr": "*i32",
                 "table_ptr": "*i8", "out_ptr": "*i8", "flag_ptr": "*i32"}
     constexprs = {"MODULI": moduli, "BASES": tuple(-(m // 2) if computed else 0 for m in moduli),
                   "COMPUTED": computed, "FLOAT_TILES": float_tiles, "BLOCK_R": block[0], "BLOCK_K": block[1],

@@ -150,11 +150,12 @@ def _fused_by_row_blocks(a: torch.Tensor, bt: torch.Tensor, shift_a: torch.Tenso
     rows = cost.stream_rows(m, k, n, digits=plan.engine, planes=plan.planes, moduli=len(plan.moduli))
     # Tuned before B's planes exist: the tuner's first run times operands as large as a block's.
     config = _plane_config(encodings, min(rows, m), n, k, device)
-    col_exponent = -shift_b
     with stage("encode", device):
         # 2. Residues: B'_i = B' mod m_i as each modulus' digit planes, once (Bᵀ read in place).
         encode = _encoder(encodings, span)
         planes_b = encode(bt, shift_b, "b")
+    # Queued behind B's encode, so that the device starts on it first.
+    row_exponent, col_exponent = -shift_a, -shift_b
     c = torch.empty((m, n), dtype=torch.float64, device=device)
     flag = crt_kernels.new_flag(device)
     for start in range(0, m, rows):
@@ -170,7 +171,7 @@ def _fused_by_row_blocks(a: torch.Tensor, bt: torch.Tensor, shift_a: torch.Tenso
         del planes_a
         with stage("decode", device):
             # 4–5. CRT and unscale: C = diag(2^-s) C' diag(2^-t), rounded once.
-            crt_kernels.decode_residues(block_residues, plan.moduli, -shift_a[block], col_exponent, out=c[block],
+            crt_kernels.decode_residues(block_residues, plan.moduli, row_exponent[block], col_exponent, out=c[block],
                                         flag=flag)
         del block_residues
     # The decodes' checks (the capacity the plan guaranteed), read once, after the last block.

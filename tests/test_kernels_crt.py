@@ -32,9 +32,9 @@ pytestmark = [pytest.mark.gpu, pytest.mark.filterwarnings("ignore:overflow encou
 MODULI = {
     "fp4-plan": [7, 8, 9, 11, 43, 47, 53, 59, 61, 67, 71, 73, 79, 83, 85, 89, 139, 149, 151, 157, 169],
     "int8-20": [256, 255, 253, 251, 247, 241, 239, 233, 229, 227, 223, 211, 199, 197, 193, 191, 181, 179, 173, 167],
-    # 126 bits: four limbs of 32 bits, the widest (each term of the rounding word just under 2**63).
+    # 126 bits: four limbs of 32 bits in two words.
     "int8-16": [256, 255, 253, 251, 247, 241, 239, 233, 229, 227, 223, 211, 199, 197, 193, 191],
-    # 178 bits: six limbs of 32 bits.
+    # 178 bits: five limbs of 39 bits in three words.
     "int8-23": [256, 255, 253, 251, 247, 241, 239, 233, 229, 227, 223, 217, 211, 199, 197, 193, 191, 181, 179, 173,
                 167, 163, 157],
     "three": [7, 8, 9],
@@ -186,9 +186,10 @@ def boundary_values(mods) -> list[int]:
 @pytest.mark.parametrize("moduli", ["int8-23", "int8-16", "primes-2^22", "mixed", "wide", "one", "primes-2^30"])
 @pytest.mark.parametrize("shift", [0, -1074])
 def test_every_limb_boundary_decodes(moduli, shift):
-    # Limb widths 32 (int8), 28, 29 and 21 bits, one to six limbs: every leading-bit
-    # position of every limb (the rounding window's moves and normalization), products that
-    # use every limb, ties at 53 bits; normal results, and subnormal ones keeping 20 bits.
+    # Limb widths 39, 32 (int8), 28, 29 and 21 bits, one to five limbs in one to three words:
+    # every leading-bit position of every word (the rounding window's moves and
+    # normalization), products that use every limb, ties at 53 bits; normal results, and
+    # subnormal ones keeping 20 bits.
     mods = (MODULI | BEYOND_STAGED)[moduli]
     values = boundary_values(mods)
     col_exp = [shift and shift + 20 - abs(y).bit_length() for y in values]
@@ -380,6 +381,19 @@ def test_bad_decode_calls_raise(change, error, message):
         decode_residues(c, change.get("moduli", mods), row, col)
 
 
+def test_products_past_int32_exponents_are_refused(monkeypatch):
+    # The kernel's exponents are int32, which holds every result's exponent while the
+    # product of the moduli has at most crt._MAX_PRODUCT_BITS bits (2**24; a lower limit
+    # here stands for it, since 2**24 bits take a million moduli).
+    monkeypatch.setattr(crt, "_MAX_PRODUCT_BITS", 8)
+    crt._constants.cache_clear()
+    try:
+        with pytest.raises(ValueError, match="exponents are int32"):
+            decode_residues(residues_of([[1]], [7, 9, 11]), [7, 9, 11], *exponent_tensors([0], [0]))
+    finally:
+        crt._constants.cache_clear()
+
+
 @pytest.mark.parametrize("length", [60, 85, 110])
 @pytest.mark.parametrize("kept", [1, 2, 5, 30])
 def test_subnormal_results_round_once(length, kept):
@@ -410,7 +424,7 @@ def test_kernel_compiles_for_sm90_with_register_resident_limbs(tmp_path):
     # one thread's registers: no shared memory, barrier or shuffle may appear (a cross-thread
     # limb axis once made the decode slower than the staged path), no local memory (spills of
     # the limb tuples), nor emulated 64-bit division.  Limbs of 32 bits (int8 sets, uint8
-    # residues as the plane GEMM writes them), of 21 bits (a four-limb rounding window), one limb.
+    # residues as the plane GEMM writes them), of 39 bits (limbs across words), of 21 bits, one limb.
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     shapes = {"int8-20": (MODULI["int8-20"], "i32"), "int8-23": (MODULI["int8-23"], "u8"),

@@ -9,9 +9,9 @@ Compiles each kernel for sm_90 as a launch at n = 16384 specializes it (the stag
 (``ozaki.planning.moduli_for``: 16 int8 moduli at K = 16384), and counts its SASS by opcode
 (``kernels.ptx.sass_opcodes``: the program text, so both sides of a branch count).  The
 decode is straight-line, one program per block of entries: its count over the entries a
-thread holds is its instructions per entry, which its time follows (it is issue-bound:
-benchmarks/kernels.md).  The encode's count includes both its float and its integer tile
-paths.  The table prints last.
+thread holds is its instructions per entry (an issue-bound kernel's time follows it; the
+decode's did not follow a cut from 432 to 372: benchmarks/kernels.md).  The encode's count
+includes both its float and its integer tile paths.  The table prints last.
 """
 
 from __future__ import annotations

@@ -240,7 +240,7 @@ def _round(words, exponent):
     half = tl.where(upper != 0, upper, high.to(tl.uint32))
     half_bits = (half.to(tl.float64).to(tl.int64, bitcast=True) >> 52).to(tl.int32) - 1022
     lz = tl.where(upper != 0, 32, 64) - tl.where(half != 0, half_bits, 64)
-    lz = tl.minimum(tl.maximum(lz, 0), 63).to(tl.int32)
+    lz = tl.minimum(tl.maximum(lz, 0), 63)
     # W = the window's top 64 bits shifted to a leading bit at 62 (63 bits, so that the sum
     # below stays under 2**64), the bits under it in the sticky bit.
     left = lz.to(tl.uint64)
@@ -367,7 +367,7 @@ class _Layout(NamedTuple):
     weights: tuple[tuple[int, ...], ...]  # limbs of w_i = (M/m_i) * ((M/m_i)^-1 mod m_i)
     scales: tuple[float, ...]  # 2**(b * l) / M, rounded once
     modulus: tuple[int, ...]  # limbs of M
-    # Words of 64 bits, bottom first (_words_of): the lower ones unsigned, the top one signed.
+    # Words of 64 bits, bottom first (words_of below): the lower ones unsigned, the top one signed.
     half: tuple[int, ...]  # G = floor(M/2)
     negative_half: tuple[int, ...]  # -G
     modulus_words: tuple[int, ...]  # M

@@ -124,18 +124,15 @@ def _words(limbs, LIMB: tl.constexpr, WORDS: tl.constexpr):
     for j in tl.static_range(WORDS):
         word = tl.zeros(limbs[0].shape, tl.int64)
         for l in tl.static_range(len(limbs)):
-            # The limb's bit 0 sits at bit LIMB * l - 64 * j of the word.
-            if l == len(limbs) - 1:
-                if LIMB * l - 64 * j >= 0:
-                    if LIMB * l - 64 * j < 64:
-                        word |= settled[l] << (LIMB * l - 64 * j)
-                elif 64 * j - LIMB * l < 64:
-                    word |= settled[l] >> (64 * j - LIMB * l)
-                else:
-                    word |= settled[l] >> 63
-            elif LIMB * l - 64 * j >= 0:
+            # The limb's bit 0 sits at bit LIMB * l - 64 * j of the word; a limb that starts
+            # under the word reaches into it by its width, the top one by its sign too, and
+            # a word lies less than 64 bits above the top limb's start (|Y0| < M).
+            if LIMB * l - 64 * j >= 0:
                 if LIMB * l - 64 * j < 64:
                     word |= settled[l] << (LIMB * l - 64 * j)
+            elif l == len(limbs) - 1:
+                tl.static_assert(64 * j - LIMB * l < 64, "a word past the top limb's reach")
+                word |= settled[l] >> (64 * j - LIMB * l)
             elif 64 * j - LIMB * l < LIMB:
                 word |= settled[l] >> (64 * j - LIMB * l)
         words += (word,)
@@ -154,22 +151,15 @@ def _word(words, j):
 
 
 @triton.jit
-def _above(words, bound):
-    # Whether the multiword Y0 exceeds a constant's words (bottom first, the top one signed):
-    # from the bottom up, a word decides unless it ties, when the words under it do.
-    above = _word(words, 0) > bound[0]
+def _beyond(words, bound, ABOVE: tl.constexpr):
+    # Whether the multiword Y0 lies above (ABOVE) or under a constant's words (bottom first,
+    # the top one signed): from the bottom up, a word decides unless it ties, when the words
+    # under it do.
+    beyond = (_word(words, 0) > bound[0]) if ABOVE else (_word(words, 0) < bound[0])
     for j in tl.static_range(1, len(words)):
-        above = (_word(words, j) > bound[j]) | ((_word(words, j) == bound[j]) & above)
-    return above
-
-
-@triton.jit
-def _below(words, bound):
-    # Whether the multiword Y0 is under a constant's words (as _above).
-    below = _word(words, 0) < bound[0]
-    for j in tl.static_range(1, len(words)):
-        below = (_word(words, j) < bound[j]) | ((_word(words, j) == bound[j]) & below)
-    return below
+        word = _word(words, j)
+        beyond = ((word > bound[j]) if ABOVE else (word < bound[j])) | ((word == bound[j]) & beyond)
+    return beyond
 
 
 @triton.jit
@@ -327,8 +317,8 @@ def _decode_kernel(
         limbs += (sums[l] - nearest * MODULUS[l],)
     words = _words(limbs, LIMB, len(HALF))
     # Y0 > G needs Y0 > 0, Y0 < -G needs Y0 < 0: comparing with both bounds needs no sign.
-    above = _above(words, HALF)
-    under = _below(words, NEGATIVE_HALF)
+    above = _beyond(words, HALF, True)
+    under = _beyond(words, NEGATIVE_HALF, False)
     # Y0 beyond +-G (and |Y0| < M): the representative is Y0 -+ M, of the other sign.
     beyond = above | under
     negative = (words[len(HALF) - 1] < 0) != beyond

@@ -21,12 +21,17 @@ for, 2 * K * (2**p - 1) * (2**q - 1) < M):
    comparisons with the words of ±G are exact integer comparisons, word by word.  The
    float64 estimate only has to pick q within one; where it is off by one -- Y within about
    2**-4 * M of +-M/2, the only entries the rounding of E can mislead -- the correction
-   adds +-M in the same pass.  It is branch-free: every entry pays the comparisons (in
-   registers) and only entries in that band change; skipping it for a whole block would
-   take a cross-thread reduction (shuffles, shared memory), dearer than the comparison
-   itself.  |Y| is -Y0 or Y0, plus M where Y0 was beyond: one sum of words.
+   adds +-M in the same pass.  Where E lies within 3/8 of q, Y0 is Y (|Y0| < M/2): a block
+   whose entries all do -- every block of a product well inside its capacity -- skips the
+   comparisons, by one block-wide minimum (uniform, so no divergence).  |Y| is -Y0 or Y0,
+   plus M where Y0 was beyond: one sum of words.
 3. One rounding to nearest even of |Y| * 2**e from a 63-bit word normalized from the top
-   two words plus a sticky bit, subnormals and overflow included (_round).
+   two words plus a sticky bit, subnormals and overflow included (_round); a block whose
+   results are all normal and finite rounds with constant shifts and one exact scaling.
+
+The decode is bound by the integer pipe (half the lanes of float32's on Hopper): the words'
+64-bit operations are pairs of 32-bit ones.  The two block-wide fast paths are what spares
+most of them (benchmarks/kernels.md, "The decode's fast blocks").
 
 The limb width b is picked per moduli set: the fewest limbs L that the float64 bound on S_l
 admits, then 32 bits where they do, else the widest (int8 sets: 4 limbs of 32 bits for 16
@@ -85,6 +90,12 @@ _MAX_LIMB_BITS = 51
 # _MAX_PRODUCT_BITS); see the proof there.
 _MAX_PRODUCT_BITS = 2**24
 _EXPONENT_CLAMP = 2**26
+# The rounding drops the 10 bits under a normal result's last place from its 63-bit word;
+# half of their unit, less one, is what the rounding by addition adds.
+_NORMAL_DROP = tl.constexpr(10)
+_NORMAL_HALF = tl.constexpr((1 << 9) - 1)
+# Where the estimate E lies within this of q, Y0 is Y (the kernel's step 2).
+_CERTAIN = tl.constexpr(0.375)
 
 
 @triton.jit
@@ -243,16 +254,26 @@ def _round(words, exponent):
     # bits), more toward the subnormal grid; from 64 on the value is under half of
     # 2**-1074 and rounds to 0.  With at least 10 dropped bits the sticky bit can sit in
     # word's lowest bit, under the half bit: word | lost rounds as |Y| does (round to odd).
-    drop = tl.minimum(tl.maximum(-1074 - exponent - base, 10), 64)
     odd = word | lost.to(tl.uint64)
-    shift = tl.minimum(drop, 63).to(tl.uint64)
     # Nearest even by addition: half - 1 plus the kept value's last bit carries exactly when
     # the dropped part exceeds half or is a tie with an odd kept value.  odd < 2**63, so the
     # sum stays below 2**64.
-    kept = (odd + ((tl.full(odd.shape, 1, tl.uint64) << (shift - 1)) - 1) + ((odd >> shift) & 1)) >> shift
-    kept = tl.where(drop > 63, 0, kept)
-    first, second = ldexp_factors(base + drop + exponent)
-    return kept.to(tl.float64) * first * second
+    last = base + _NORMAL_DROP + exponent
+    if tl.min(((last >= -1022) & (last <= 1023 - 53)).to(tl.int32), axis=0) == 1:
+        # Every result of the block is normal and finite (kept ≤ 2**53 at a last place of
+        # 2**last, a normal power of two): the general steps below with their constant drop,
+        # as shifts by a constant and one exact scaling.  The minimum is block-uniform, so
+        # the branch costs one reduction and no divergence.
+        kept = (odd + _NORMAL_HALF + ((odd >> _NORMAL_DROP) & 1)) >> _NORMAL_DROP
+        magnitude = kept.to(tl.float64) * _pow2(last)
+    else:
+        drop = tl.minimum(tl.maximum(-1074 - exponent - base, _NORMAL_DROP), 64)
+        shift = tl.minimum(drop, 63).to(tl.uint64)
+        kept = (odd + ((tl.full(odd.shape, 1, tl.uint64) << (shift - 1)) - 1) + ((odd >> shift) & 1)) >> shift
+        kept = tl.where(drop > 63, 0, kept)
+        first, second = ldexp_factors(base + drop + exponent)
+        magnitude = kept.to(tl.float64) * first * second
+    return magnitude
 
 
 @triton.jit
@@ -283,14 +304,26 @@ def _decode_kernel(
     # 1. Linear CRT: the limb sums of X', one residue at a time (a tuple of 1-D tensors:
     # no padding to a power of two; zero weight limbs cost nothing).
     c_ptrs = c_ptr + tl.cast(row, tl.int64) * stride_cr + tl.cast(offs_c, tl.int64) * stride_cc
-    outside = tl.zeros((BLOCK,), tl.int1)
+    # The largest c_i - m_i and the least c_i + m_i: a residue is out of range where the one
+    # is >= 0 or the other <= 0 (one min or max per residue, where comparisons and ORs take
+    # two integer instructions; unsigned residues are never below range).
+    # Residues of at most 16 bits (the plane GEMM's) are worked on in int32, wider ones in int64.
+    SIGNED: tl.constexpr = c_ptr.dtype.element_ty.is_int_signed()
+    NARROW: tl.constexpr = c_ptr.dtype.element_ty.primitive_bitwidth <= 16
+    if NARROW:
+        above_range = tl.full((BLOCK,), -1, tl.int32)
+    else:
+        above_range = tl.full((BLOCK,), -1, tl.int64)
+    below_range = tl.full(above_range.shape, 1, above_range.dtype)
     sums = ()
     for i in tl.static_range(len(MODULI)):
-        residue = tl.load(c_ptrs, mask=mask, other=0).to(tl.int64)
+        residue = tl.load(c_ptrs, mask=mask, other=0).to(above_range.dtype)
         # An entry with a residue out of range gets a meaningless value, which the launcher
         # never returns (it raises); every shift amount below is clamped, so such an entry
         # cannot fault either.
-        outside |= (residue <= -MODULI[i]) | (residue >= MODULI[i])
+        above_range = tl.maximum(above_range, residue - MODULI[i])
+        if SIGNED:
+            below_range = tl.minimum(below_range, residue + MODULI[i])
         value = residue.to(tl.float64)
         terms = ()
         for l in tl.static_range(len(MODULUS)):
@@ -309,6 +342,10 @@ def _decode_kernel(
     for j in tl.static_range(1, len(MODULUS)):
         estimate += sums[top - j] * tl.full((), SCALES[top - j], tl.float64)
     nearest = tl.floor(estimate + 0.5)
+    # Where E lies within 3/8 of q, |X'/M - q| < 3/8 + 2**-4 < 1/2 (the estimate's error,
+    # _constants): Y0 below is Y itself, inside (-M/2, M/2).  A product well inside its
+    # moduli's capacity has every entry so (|Y| is far under M/2).
+    certain = tl.abs(estimate - nearest) <= _CERTAIN
 
     # 2. Y0 = X' - q * M in (-M, M), as words of two's complement (_words); its sign is the
     # top word's.
@@ -316,29 +353,39 @@ def _decode_kernel(
     for l in tl.static_range(len(MODULUS)):
         limbs += (sums[l] - nearest * MODULUS[l],)
     words = _words(limbs, LIMB, len(HALF))
-    # Y0 > G needs Y0 > 0, Y0 < -G needs Y0 < 0: comparing with both bounds needs no sign.
-    above = _beyond(words, HALF, True)
-    under = _beyond(words, NEGATIVE_HALF, False)
-    # Y0 beyond +-G (and |Y0| < M): the representative is Y0 -+ M, of the other sign.
-    beyond = above | under
-    negative = (words[len(HALF) - 1] < 0) != beyond
+    # |Y| = -Y0 or Y0, plus M where Y0 was beyond +-G (M - Y0 for Y0 > G, Y0 + M for
+    # Y0 < -G), as one sum of words: Y0's bits flipped where Y is negative (-Y0 - 1), plus 1
+    # there and M where Y0 was beyond.  |Y| < M/2 fits the words, so the sum's wrap never bites.
+    if tl.min(certain.to(tl.int32), axis=0) == 1:
+        # Every entry of the block is certain: no comparison with +-G.  The minimum is
+        # block-uniform, so the branch costs one reduction and no divergence.
+        negative = words[len(HALF) - 1] < 0
+        half = tl.zeros_like(negative)
+        addend = ()
+        for j in tl.static_range(len(HALF)):
+            addend += (tl.where(negative, ONE[j], 0).to(tl.uint64),)
+    else:
+        # Y0 > G needs Y0 > 0, Y0 < -G needs Y0 < 0: comparing with both bounds needs no sign.
+        above = _beyond(words, HALF, True)
+        under = _beyond(words, NEGATIVE_HALF, False)
+        # Y0 beyond +-G (and |Y0| < M): the representative is Y0 -+ M, of the other sign.
+        beyond = above | under
+        negative = (words[len(HALF) - 1] < 0) != beyond
+        half = _equal(words, HALF) | _equal(words, NEGATIVE_HALF)
+        addend = ()
+        for j in tl.static_range(len(HALF)):
+            addend += (tl.where(beyond, tl.where(negative, MODULUS_PLUS_ONE[j], MODULUS_WORDS[j]),
+                                tl.where(negative, ONE[j], 0)).to(tl.uint64),)
     # Flag 2: a residue out of range, 1: Y0 = +-M/2 with M even, no representative in
     # (-M/2, M/2).  Only flagged entries touch the flag, so a clean launch pays no
     # reduction or atomic.
-    half = _equal(words, HALF) | _equal(words, NEGATIVE_HALF)
+    outside = (above_range >= 0) | (below_range <= 0)
     code = tl.where(outside, 2, tl.where(half & EVEN, 1, 0))
     tl.atomic_max(flag_ptr + tl.zeros_like(offs_c), code, mask=mask & (code != 0), sem="relaxed")
-
-    # |Y| = -Y0 or Y0, plus M where Y0 was beyond (M - Y0 for Y0 > G, Y0 + M for Y0 < -G),
-    # as one sum of words: Y0's bits flipped where Y is negative (-Y0 - 1), plus 1 there and
-    # M where Y0 was beyond.  |Y| < M/2 fits the words, so the sum's wrap never bites.
     flip = negative.to(tl.int64) * -1
     flipped = ()
-    addend = ()
     for j in tl.static_range(len(HALF)):
         flipped += ((words[j] ^ flip).to(tl.uint64, bitcast=True),)
-        addend += (tl.where(beyond, tl.where(negative, MODULUS_PLUS_ONE[j], MODULUS_WORDS[j]),
-                            tl.where(negative, ONE[j], 0)).to(tl.uint64),)
     magnitude_words = _add(flipped, addend)
 
     # 3. One rounding.

@@ -17,9 +17,9 @@ which the tests check entry for entry.  :class:`Extents` and ``NO_SET_BIT`` live
 both, because the library's scaling reads the same two numbers from either.
 
 :func:`row_shifts_kernel` computes ``ozaki.scaling.shifts_of`` (the shift p − top of each row,
-one less where rounding would carry the row's maximum up to 2^p) in one launch, where torch
-takes some twenty small launches, each paid in host time while the device waits for the
-encode that needs the shifts.  The same float64 operations on the same values give the same
+one less where rounding would carry the row's maximum up to 2^p) of both sides in one launch,
+where torch takes some twenty small launches per side, each paid in host time while the device
+waits for the encode that needs the shifts.  The same float64 operations on the same values give the same
 integers (:func:`reference_row_shifts`, from the definition in Python's floats).
 
 :func:`line_summary_kernel` reduces what the plan reads of one side's lines (their bits,
@@ -179,7 +179,7 @@ def line_block(lines, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _shifts_kernel(max_ptr, bits_ptr, shift_ptr, rows, BLOCK: tl.constexpr):
+def _line_shifts(max_ptr, bits_ptr, shift_ptr, rows, BLOCK: tl.constexpr):
     offs, mask = line_block(rows, BLOCK)
     row_max = tl.load(max_ptr + offs, mask=mask, other=0.0)
     bits = tl.load(bits_ptr + offs, mask=mask, other=0)
@@ -198,22 +198,40 @@ def _shifts_kernel(max_ptr, bits_ptr, shift_ptr, rows, BLOCK: tl.constexpr):
     tl.store(shift_ptr + offs, shift - carry.to(tl.int64), mask=mask)
 
 
-def row_shifts_kernel(row_max: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:
-    """``ozaki.scaling.shifts_of`` in one launch: per row, int64 s = p − top (0 for an all-zero
-    row), one less where the row's maximum would round up to 2^p.  ``row_max`` is float64 (a
-    row's largest |x|, finite and non-negative: ``Extents.row_max``), ``bits`` int64 p ≥ 0, one
-    per row, on one device; nothing is read back (the caller keeps p ≥ 0)."""
-    if not isinstance(row_max, torch.Tensor) or row_max.dtype != torch.float64 or row_max.dim() != 1:
-        got = getattr(row_max, "dtype", type(row_max).__name__)
-        raise TypeError(f"row_max must be a 1-D float64 tensor, got {got}")
-    if (not isinstance(bits, torch.Tensor) or bits.dtype != torch.int64 or bits.shape != row_max.shape
-            or bits.device != row_max.device):
-        raise ValueError(f"bits must be an int64 tensor of shape {tuple(row_max.shape)} on {row_max.device}")
-    shift = torch.empty_like(bits)
-    if shift.numel():
-        _shifts_kernel[(triton.cdiv(shift.numel(), SHIFTS_BLOCK),)](
-            row_max.contiguous(), bits.contiguous(), shift, shift.numel(), BLOCK=SHIFTS_BLOCK, num_warps=4)
-    return shift
+@triton.jit
+def _shifts_kernel(max_ptr, bits_ptr, shift_ptr, rows, other_max_ptr, other_bits_ptr, other_shift_ptr, other_rows,
+                   BLOCK: tl.constexpr):
+    # The grid's second axis picks the side: A's rows and Bᵀ's in one launch.
+    if tl.program_id(1) == 0:
+        _line_shifts(max_ptr, bits_ptr, shift_ptr, rows, BLOCK)
+    else:
+        _line_shifts(other_max_ptr, other_bits_ptr, other_shift_ptr, other_rows, BLOCK)
+
+
+def row_shifts_kernel(*sides: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    """``ozaki.scaling.shifts_of`` of one or two sides (A's rows, Bᵀ's) in one launch: per
+    row, int64 s = p − top (0 for an all-zero row), one less where the row's maximum would
+    round up to 2^p.  Each side is (``row_max``, ``bits``): float64 (a row's largest |x|,
+    finite and non-negative: ``Extents.row_max``) and int64 p ≥ 0, one per row, on one
+    device; nothing is read back (the caller keeps p ≥ 0)."""
+    if len(sides) not in (1, 2):
+        raise ValueError(f"row_shifts_kernel takes one or two sides, got {len(sides)}")
+    shifts = []
+    for row_max, bits in sides:
+        if not isinstance(row_max, torch.Tensor) or row_max.dtype != torch.float64 or row_max.dim() != 1:
+            got = getattr(row_max, "dtype", type(row_max).__name__)
+            raise TypeError(f"row_max must be a 1-D float64 tensor, got {got}")
+        if (not isinstance(bits, torch.Tensor) or bits.dtype != torch.int64 or bits.shape != row_max.shape
+                or bits.device != sides[0][0].device):
+            raise ValueError(f"bits must be an int64 tensor of shape {tuple(row_max.shape)} on {sides[0][0].device}")
+        shifts.append(torch.empty_like(bits))
+    rows = [shift.numel() for shift in shifts]
+    if max(rows):
+        lines = [(row_max.contiguous(), bits.contiguous(), shift, shift.numel())
+                 for (row_max, bits), shift in zip(sides, shifts)]
+        _shifts_kernel[(triton.cdiv(max(rows), SHIFTS_BLOCK), len(lines))](
+            *lines[0], *lines[-1], BLOCK=SHIFTS_BLOCK, num_warps=4)
+    return tuple(shifts)
 
 
 @triton.jit

@@ -50,10 +50,11 @@ class Agreement:
         """Per row of A, the minimum over every column of B from that over this device's columns."""
         return values
 
-    def agree(self, op: str, values: Sequence[int]) -> list[int]:
-        """Integers reduced by ``op`` ("max" or "min") over every device: the whole product's
-        value of a maximum or minimum over lines (the same on devices that hold the same lines)."""
-        return list(values)
+    def agree(self, op: str, values: torch.Tensor) -> torch.Tensor:
+        """Integers (int64, on the host) reduced by ``op`` ("max" or "min") over every device:
+        the whole product's value of a maximum or minimum over lines (the same on devices that
+        hold the same lines)."""
+        return values
 
 
 ONE_DEVICE = Agreement()

@@ -86,7 +86,7 @@ from .frontend import check_options, nonfinite_terms, overlay_nonfinite
 from .planning import Moduli, ProductPlan, plan_product
 from .products import residue_products
 from .residues import reference_moduli, residues
-from .scaling import scale_rows, shifts_of
+from .scaling import scale_rows, sides_shifts
 
 __all__ = ["Collective", "matmul", "traffic"]
 
@@ -348,9 +348,8 @@ class _MeshAgreement(Agreement):
     def min_over_columns(self, values: torch.Tensor) -> torch.Tensor:
         return _all_reduce(values, "min", "plan minima", self._layout) if self._layout.split == "columns" else values
 
-    def agree(self, op: str, values) -> list[int]:
-        packed = torch.tensor([int(v) for v in values], dtype=torch.int64, device=self._device)
-        return _all_reduce(packed, op, "plan integers", self._layout).tolist()
+    def agree(self, op: str, values: torch.Tensor) -> torch.Tensor:
+        return _all_reduce(values.to(self._device), op, "plan integers", self._layout).cpu()
 
 
 # -------------------------------------------------------------------------------------------
@@ -382,8 +381,8 @@ def _k_split_product(plan: ProductPlan, a: torch.Tensor, b: torch.Tensor, layout
     moduli = _k_split_moduli(plan, k)
     # 1. Scale on the whole rows' grid: s_i and t_j from the whole rows' maxima (agreed), so
     #    this rank's A'^(r), B'^(r) are its columns of A' and rows of B'.
-    shift_a = shifts_of(extents_a.row_max, bits_a, plan.bits_a[0])
-    shift_b = shifts_of(extents_b.row_max, bits_b, plan.bits_b[0])
+    shift_a, shift_b = sides_shifts((extents_a.row_max, bits_a, plan.bits_a[0]),
+                                    (extents_b.row_max, bits_b, plan.bits_b[0]))
     fused = moduli.encodings is not None and planning.kernels_available(fa.device)
     # 2–3. Residues and products of this rank's share: C'^(r)_i = A'^(r)_i·B'^(r)_i mod m_i in [0, m_i)
     #      (on a GPU fused from float64 to byte residues, as one device's product).

@@ -23,7 +23,7 @@ from .planning import Accuracy, Moduli, ProductPlan, plan_product
 from .products import plane_products, residue_products
 from .capacity import crt_capacity
 from .residues import reference_moduli, residues
-from .scaling import Extents, scale_rows, shifts_of
+from .scaling import Extents, scale_rows, sides_shifts
 from .timing import stage
 
 __all__ = ["emulated_matmul", "fused_residues", "run"]
@@ -68,8 +68,8 @@ def _product(plan: ProductPlan, a: torch.Tensor, bt: torch.Tensor, extents_a: Ex
     if moduli.encodings is not None and planning.kernels_available(device):
         with stage("encode", device):
             # 1. Scale: A' = round(diag(2^s) A), B' = round(B diag(2^t)), |A'| ≤ 2^p − 1, |B'| ≤ 2^q − 1.
-            shift_a = shifts_of(extents_a.row_max, bits_a, plan.bits_a[0])
-            shift_b = shifts_of(extents_b.row_max, bits_b, plan.bits_b[0])
+            shift_a, shift_b = sides_shifts((extents_a.row_max, bits_a, plan.bits_a[0]),
+                                            (extents_b.row_max, bits_b, plan.bits_b[0]))
         return _fused_by_row_blocks(a, bt, shift_a, shift_b, moduli, plan.shift_span)
 
     with stage("encode", device):

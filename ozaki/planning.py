@@ -13,6 +13,7 @@ import logging
 import math
 import struct
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Union
 
 import torch
@@ -160,10 +161,18 @@ def extents(x: torch.Tensor) -> Extents:
 
 
 def _plan_moduli(digits: str, min_product: int) -> Moduli | None:
-    for plan in catalog.plans_for(digits):
-        if has_capacity(plan.capacity, min_product):
-            return Moduli(tuple(m for m, _ in plan.moduli), catalog.encodings_of(plan), digits)
-    return None
+    """The cheapest catalog plan over ``digits`` with capacity above ``min_product``."""
+    return next((moduli for capacity, moduli in _plan_table(catalog.catalog_dir(), digits)
+                 if has_capacity(capacity, min_product)), None)
+
+
+@functools.cache
+def _plan_table(folder: Path, digits: str) -> tuple[tuple[int, Moduli], ...]:
+    # Each plan's capacity and moduli, cheapest first, built once per catalog folder: the
+    # planning of one product asks three times, between the device's read and the first
+    # encode, while the device waits (benchmarks/RESULTS.md, the 8192 timelines).
+    return tuple((plan.capacity, Moduli(tuple(m for m, _ in plan.moduli), catalog.encodings_of(plan), digits))
+                 for plan in catalog.plans_for(digits))
 
 
 def moduli_for(engine: str, k: int, min_product: int, device: torch.device) -> Moduli:
@@ -342,11 +351,11 @@ def _read_rows(a: torch.Tensor, b: torch.Tensor, batch: int, accuracy: Accuracy,
     for side_a, side_b, sums in read:
         for index, (side, line_sums) in enumerate(((side_a, sums and sums[0::2]), (side_b, sums and sums[1::2]))):
             summaries[index] = _summary(side, line_sums, summaries[index])
-    local = torch.cat(summaries).tolist()
+    local = torch.cat(summaries).cpu()
     agreed = agreement.agree("max", local)
     half, largest = scaling_kernels.SUMMARY_LENGTH, scaling_kernels.SUMMARY_FIELDS.index("largest")
     # Of this device's own summary only whether its operands hold NaN or ±inf (it zeroes them).
-    local_nonfinite = tuple(local[i * half + largest] >= _INF_PATTERN for i in range(2))
+    local_nonfinite = tuple(int(local[i * half + largest]) >= _INF_PATTERN for i in range(2))
     return sides, local_nonfinite, tuple(_Reading.of(agreed[i * half:(i + 1) * half]) for i in range(2))
 
 
@@ -386,8 +395,11 @@ class _Reading:
     widths: tuple[int, ...]  # per lossless width: 0 none, 1 lossless lines only, else the most level + 2
 
     @classmethod
-    def of(cls, summary: list[int]) -> _Reading:
-        most_bits, widest, largest, below_inf, below_cap, sums, squares = summary[:scaling_kernels.SUMMARY_WIDTHS]
+    def of(cls, summary: torch.Tensor) -> _Reading:
+        """From one side's summary (int64 on the host).  Only the head and the widths up to the
+        widest become Python integers: the slots past it, most of the 2100, are never read."""
+        head = summary[:scaling_kernels.SUMMARY_WIDTHS].tolist()
+        most_bits, widest, largest, below_inf, below_cap, sums, squares = head
         # The patterns of the largest row maximum and of the least non-zero one (inf's less the
         # largest of inf's less each): non-negative patterns order as their values, NaN's lie
         # above inf's, so the largest shows NaN or ±inf.
@@ -396,7 +408,7 @@ class _Reading:
             raise RuntimeError(f"a finite row's lossless width {widest} passes the summary's "
                                f"{scaling_kernels.MAX_WIDTH} slots: kernels.scaling.MAX_WIDTH is too small")
         # No line is wider than the widest (the slots past it are empty).
-        widths = summary[scaling_kernels.SUMMARY_WIDTHS:][:widest + 1]
+        widths = summary[scaling_kernels.SUMMARY_WIDTHS:][:widest + 1].tolist()
         return cls(most_bits, widest, _top_of(largest), _top_of(_INF_PATTERN - below_inf), largest >= _INF_PATTERN,
                    _NO_LINE - below_cap if below_cap else _NO_LINE, sums, squares, tuple(widths))
 

@@ -41,6 +41,7 @@ __all__ = [
     "row_shifts",
     "scale_rows",
     "shifts_of",
+    "sides_shifts",
 ]
 
 @dataclass(frozen=True)
@@ -164,13 +165,25 @@ def shifts_of(row_max: torch.Tensor, bits: torch.Tensor, fewest: int | None = No
     e.g. ``Extents.row_max``): the shift and the carry rule need nothing else of a row.
     ``fewest``: the least entry of ``bits`` where the caller has read it (a plan's
     ``bits_a[0]``), which saves this call's read of the device."""
-    if bits.shape != row_max.shape:
-        raise ValueError(f"bits has shape {tuple(bits.shape)}, expected one entry per row {tuple(row_max.shape)}")
-    if bits.numel() and (int(bits.min()) if fewest is None else fewest) < 0:
-        raise ValueError("bits per row must be non-negative")
-    if row_max.is_cuda:
-        # One launch of the same operations (kernels.scaling), where torch takes some twenty.
-        return row_shifts_kernel(row_max.reshape(-1), bits.reshape(-1)).reshape(bits.shape)
+    return sides_shifts((row_max, bits, fewest))[0]
+
+
+def sides_shifts(*sides: tuple[torch.Tensor, torch.Tensor, int | None]) -> tuple[torch.Tensor, ...]:
+    """:func:`shifts_of` of each side's (``row_max``, ``bits``, ``fewest``): on CUDA of one or
+    two sides (A's rows and Bᵀ's) in one launch, where the device waits for them."""
+    for row_max, bits, fewest in sides:
+        if bits.shape != row_max.shape:
+            raise ValueError(f"bits has shape {tuple(bits.shape)}, expected one entry per row {tuple(row_max.shape)}")
+        if bits.numel() and (int(bits.min()) if fewest is None else fewest) < 0:
+            raise ValueError("bits per row must be non-negative")
+    if all(row_max.is_cuda for row_max, _, _ in sides) and len(sides) <= 2:
+        # One launch of the same operations (kernels.scaling), where torch takes some twenty per side.
+        shifts = row_shifts_kernel(*((row_max.reshape(-1), bits.reshape(-1)) for row_max, bits, _ in sides))
+        return tuple(shift.reshape(bits.shape) for shift, (_, bits, _) in zip(shifts, sides))
+    return tuple(_torch_shifts(row_max, bits) for row_max, bits, _ in sides)
+
+
+def _torch_shifts(row_max: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:
     has_nonzero = row_max > 0
     shift = torch.where(has_nonzero, bits - _top(row_max), 0)
     # Below 53 bits the scaled maximum lies in [2^(p−1), 2^p) ⊂ [½, 2^52): exact, and round_'s range.

@@ -205,8 +205,12 @@ def test_shifts_kernel_equals_the_torch_shifts(bits):
     for widths in (kept, mixed):
         want = shifts_of(row_max, widths)  # the torch path, on the CPU
         assert torch.equal(want, reference_row_shifts(row_max, widths))
-        got = row_shifts_kernel(row_max.to(DEVICE), widths.to(DEVICE))
+        (got,) = row_shifts_kernel((row_max.to(DEVICE), widths.to(DEVICE)))
         assert got.dtype == torch.int64 and torch.equal(got.cpu(), want)
+        # Two sides of different lengths in one launch: each its own shifts.
+        other = widths.flip(0)[:5]
+        both = row_shifts_kernel((row_max.to(DEVICE), widths.to(DEVICE)), (row_max[:5].to(DEVICE), other.to(DEVICE)))
+        assert torch.equal(both[0].cpu(), want) and torch.equal(both[1].cpu(), shifts_of(row_max[:5], other))
 
 
 def test_exact_bits_kernel_equals_the_torch_path():
@@ -225,10 +229,13 @@ def test_exact_bits_kernel_equals_the_torch_path():
 def test_shifts_kernel_refuses_bad_calls():
     row_max = torch.ones(3, dtype=torch.float64, device=DEVICE)
     with pytest.raises(TypeError, match="1-D float64"):
-        row_shifts_kernel(row_max.float(), torch.zeros(3, dtype=torch.int64, device=DEVICE))
+        row_shifts_kernel((row_max.float(), torch.zeros(3, dtype=torch.int64, device=DEVICE)))
     with pytest.raises(ValueError, match="int64 tensor of shape"):
-        row_shifts_kernel(row_max, torch.zeros(2, dtype=torch.int64, device=DEVICE))
-    assert row_shifts_kernel(row_max[:0], torch.zeros(0, dtype=torch.int64, device=DEVICE)).shape == (0,)
+        row_shifts_kernel((row_max, torch.zeros(2, dtype=torch.int64, device=DEVICE)))
+    with pytest.raises(ValueError, match="one or two sides"):
+        row_shifts_kernel(*[(row_max, torch.zeros(3, dtype=torch.int64, device=DEVICE))] * 3)
+    empty = (row_max[:0], torch.zeros(0, dtype=torch.int64, device=DEVICE))
+    assert [shift.shape for shift in row_shifts_kernel(empty, empty)] == [(0,), (0,)]
 
 
 def _summary_lines(seed: int, lines: int, lossy: bool):
@@ -264,9 +271,9 @@ def test_a_finite_width_past_the_summarys_slots_is_refused():
     # Unreachable for float64 rows (at most 1024 + 1074 bits wide), so checked on a made-up summary.
     summary = [60, kernels.scaling.MAX_WIDTH, 0x3FF0000000000000, 0, 0, 0, 0] + [0] * kernels.scaling.MAX_WIDTH
     with pytest.raises(RuntimeError, match="MAX_WIDTH is too small"):
-        planning._Reading.of(summary)
+        planning._Reading.of(torch.tensor(summary))
     summary[2] = kernels.scaling.INF_PATTERN  # a non-finite operand: its widths are never used
-    assert planning._Reading.of(summary).nonfinite
+    assert planning._Reading.of(torch.tensor(summary)).nonfinite
 
 
 def test_line_summary_refuses_bad_calls():

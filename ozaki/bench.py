@@ -14,8 +14,8 @@ Two measurement modes, one CSV schema (:data:`COLUMNS`), one row per (shape, met
 Inputs are the usual test matrices of Ozaki-scheme papers, entries (rand − 0.5)·exp(phi·randn).  Accuracy is measured on a
 sample block against the exact product (Python integers), so it does not trust any float64 product.  Each
 time is the median of ``--reps`` calls after a warm-up; a shape's methods are timed in turns (one call of
-each per round, every other round reversed), so that the device's drift over the run (clocks, temperature)
-weighs on each alike.  On a GPU each timed call follows an untimed call of the same method, so that no
+each per round, the order rotated by one each round, so that every method follows each other one as often),
+so that the device's drift over the run (clocks, temperature) weighs on each alike.  On a GPU each timed call follows an untimed call of the same method, so that no
 method is timed in the state another one left (the clocks after an int8 burst, the allocator's cache):
 each time is that of a call among calls of its own kind, as in a user's loop.
 
@@ -245,14 +245,16 @@ def _warmed(case: _Case, method: str, accuracy, engine, product: Callable, args,
 
 
 def _time_interleaved(case: _Case, methods: list[_Method], cuda: bool) -> None:
-    """Each method's timed calls, taken in turns (one call of each per round, every other round in
-    reverse order), so that a drift of the device's clocks or temperature over the run weighs on
-    every method alike, each on a GPU after an untimed call of its own (the state one method
-    leaves, such as the clocks after an int8 burst, is not timed against the next); each keeps
-    its last result's sample block."""
+    """Each method's timed calls, taken in turns (one call of each per round, the order rotated by
+    one each round: a fixed order, even one reversed every other round, keeps a middle method next to
+    the same neighbours), so that a drift of the device's clocks or temperature over the
+    run weighs on every method alike, each on a GPU after an untimed call of its own (the state one
+    method leaves, such as the clocks after an int8 burst, is not timed against the next); each
+    keeps its last result's sample block."""
     live = [m for m in methods if "status" not in m.row]
     for turn in range(max((m.row["reps"] for m in live), default=0)):
-        for method in live if turn % 2 == 0 else live[::-1]:
+        start = turn % len(live)
+        for method in live[start:] + live[:start]:
             if "status" in method.row or turn >= method.row["reps"]:
                 continue
             try:

@@ -8,9 +8,10 @@ Compiles each kernel for sm_90 as a launch at n = 16384 specializes it (the stag
 ``compile_kernel``), for the moduli of the int8 plan that rows of 53 bits take at this K
 (``ozaki.planning.moduli_for``: 16 int8 moduli at K = 16384), and counts its SASS by opcode
 (``kernels.ptx.sass_opcodes``: the program text, so both sides of a branch count).  The
-decode is straight-line, one program per block of entries: its count over the entries a
-thread holds is its instructions per entry (an issue-bound kernel's time follows it; the
-decode's did not follow a cut from 432 to 372: benchmarks/kernels.md).  The encode's count
+decode is one program per block of entries with two block-uniform branches (its fast
+paths): its count over the entries a thread holds counts both sides of each, so it bounds
+what a block runs per entry rather than giving it (benchmarks/kernels.md, "The decode's
+fast blocks": the decode's time follows its integer instructions, not all of them).  The encode's count
 includes both its float and its integer tile paths.  The table prints last.
 """
 

@@ -281,7 +281,7 @@ def _decode_kernel(
     c_ptr, row_exp_ptr, col_exp_ptr, out_ptr, flag_ptr, cols, col_blocks, stride_cn, stride_cr, stride_cc,
     MODULI: tl.constexpr, WEIGHTS: tl.constexpr, SCALES: tl.constexpr, MODULUS: tl.constexpr, HALF: tl.constexpr,
     NEGATIVE_HALF: tl.constexpr, MODULUS_WORDS: tl.constexpr, MODULUS_PLUS_ONE: tl.constexpr, ONE: tl.constexpr,
-    LIMB: tl.constexpr, EVEN: tl.constexpr,
+    LIMB: tl.constexpr, EVEN: tl.constexpr, SMALL_MODULI: tl.constexpr,
     EXPONENT_CLAMP: tl.constexpr, BLOCK: tl.constexpr,
 ):
     # One program: BLOCK consecutive columns of one row (no per-entry division).  The tables
@@ -304,12 +304,13 @@ def _decode_kernel(
     # 1. Linear CRT: the limb sums of X', one residue at a time (a tuple of 1-D tensors:
     # no padding to a power of two; zero weight limbs cost nothing).
     c_ptrs = c_ptr + tl.cast(row, tl.int64) * stride_cr + tl.cast(offs_c, tl.int64) * stride_cc
+    # Residues of at most 16 bits (the plane GEMM's) of moduli under 2**16 are worked on in
+    # int32, where c_i -+ m_i cannot wrap; others in int64.
+    SIGNED: tl.constexpr = c_ptr.dtype.element_ty.is_int_signed()
+    NARROW: tl.constexpr = (c_ptr.dtype.element_ty.primitive_bitwidth <= 16) and SMALL_MODULI
     # The largest c_i - m_i and the least c_i + m_i: a residue is out of range where the one
     # is >= 0 or the other <= 0 (one min or max per residue, where comparisons and ORs take
     # two integer instructions; unsigned residues are never below range).
-    # Residues of at most 16 bits (the plane GEMM's) are worked on in int32, wider ones in int64.
-    SIGNED: tl.constexpr = c_ptr.dtype.element_ty.is_int_signed()
-    NARROW: tl.constexpr = c_ptr.dtype.element_ty.primitive_bitwidth <= 16
     if NARROW:
         above_range = tl.full((BLOCK,), -1, tl.int32)
     else:
@@ -343,8 +344,9 @@ def _decode_kernel(
         estimate += sums[top - j] * tl.full((), SCALES[top - j], tl.float64)
     nearest = tl.floor(estimate + 0.5)
     # Where E lies within 3/8 of q, |X'/M - q| < 3/8 + 2**-4 < 1/2 (the estimate's error,
-    # _constants): Y0 below is Y itself, inside (-M/2, M/2).  A product well inside its
-    # moduli's capacity has every entry so (|Y| is far under M/2).
+    # _constants): Y0 below is Y itself, inside (-M/2, M/2).  Every entry with |Y| under
+    # about 0.6 * M/2 is so: the pipeline sizes M/2 above a bound of sum |A'||B'|, which a
+    # sum of mixed signs stays far below.
     certain = tl.abs(estimate - nearest) <= _CERTAIN
 
     # 2. Y0 = X' - q * M in (-M, M), as words of two's complement (_words); its sign is the
@@ -498,7 +500,7 @@ def _constexprs(moduli: tuple[int, ...], block: int) -> dict[str, object]:
     return dict(MODULI=moduli, WEIGHTS=layout.weights, SCALES=layout.scales, MODULUS=layout.modulus,
                 HALF=layout.half, NEGATIVE_HALF=layout.negative_half, MODULUS_WORDS=layout.modulus_words,
                 MODULUS_PLUS_ONE=layout.modulus_plus_one, ONE=layout.one, LIMB=layout.limb_bits,
-                EVEN=layout.even, EXPONENT_CLAMP=_EXPONENT_CLAMP, BLOCK=block)
+                EVEN=layout.even, SMALL_MODULI=max(moduli) < 2**16, EXPONENT_CLAMP=_EXPONENT_CLAMP, BLOCK=block)
 
 
 def decode_residues(c: torch.Tensor, moduli: Sequence[int], row_exponent: torch.Tensor,

@@ -19,8 +19,8 @@ both, because the library's scaling reads the same two numbers from either.
 :func:`row_shifts_kernel` computes ``ozaki.scaling.shifts_of`` (the shift p − top of each row,
 one less where rounding would carry the row's maximum up to 2^p) of both sides in one launch,
 where torch takes some twenty small launches per side, each paid in host time while the device
-waits for the encode that needs the shifts.  The same float64 operations on the same values give the same
-integers (:func:`reference_row_shifts`, from the definition in Python's floats).
+waits for the encode that needs the shifts.  The same float64 operations on the same values
+give the same integers (:func:`reference_row_shifts`, from the definition in Python's floats).
 
 :func:`line_summary_kernel` reduces what the plan reads of one side's lines (their bits,
 lossless widths, largest magnitudes and, under "fp64", levels and code sums) to one int64

@@ -14,9 +14,9 @@ Two measurement modes, one CSV schema (:data:`COLUMNS`), one row per (shape, met
 Inputs are the usual test matrices of Ozaki-scheme papers, entries (rand − 0.5)·exp(phi·randn).  Accuracy is measured on a
 sample block against the exact product (Python integers), so it does not trust any float64 product.  Each
 time is the median of ``--reps`` calls after a warm-up; a shape's methods are timed in turns (one call of
-each per round, the order rotated by one each round, so that every method follows each other one as often),
-so that the device's drift over the run (clocks, temperature) weighs on each alike.  On a GPU each timed call follows an untimed call of the same method, so that no
-method is timed in the state another one left (the clocks after an int8 burst, the allocator's cache):
+each per round, the order rotated by one each round), so that the device's drift over the run (clocks,
+temperature) weighs on each alike.  On a GPU each timed call follows an untimed call of the same method, so
+that no method is timed in the state another one left (the clocks after an int8 burst, the allocator's cache):
 each time is that of a call among calls of its own kind, as in a user's loop.
 
 ``--project b200,b300`` adds the modeled time of every catalog plan on those devices (assumptions written

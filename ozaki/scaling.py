@@ -176,7 +176,7 @@ def sides_shifts(*sides: tuple[torch.Tensor, torch.Tensor, int | None]) -> tuple
             raise ValueError(f"bits has shape {tuple(bits.shape)}, expected one entry per row {tuple(row_max.shape)}")
         if bits.numel() and (int(bits.min()) if fewest is None else fewest) < 0:
             raise ValueError("bits per row must be non-negative")
-    if all(row_max.is_cuda for row_max, _, _ in sides) and len(sides) <= 2:
+    if all(row_max.is_cuda for row_max, _, _ in sides):
         # One launch of the same operations (kernels.scaling), where torch takes some twenty per side.
         shifts = row_shifts_kernel(*((row_max.reshape(-1), bits.reshape(-1)) for row_max, bits, _ in sides))
         return tuple(shift.reshape(bits.shape) for shift, (_, bits, _) in zip(shifts, sides))

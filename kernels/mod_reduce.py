@@ -9,7 +9,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-__all__ = ["fold_chunk", "reduce_mod", "reduce_mod_fp32"]
+__all__ = ["fold_chunk", "reduce_mod", "reduce_mod_u24"]
 
 
 @triton.jit
@@ -24,15 +24,13 @@ def reduce_mod(x, modulus, inverse):
 
 
 @triton.jit
-def reduce_mod_fp32(x, modulus, inverse):
-    # x mod m in [0, m) for an integer-valued fp32 |x| <= 2**24 - 2**9 and m <= 2**8, in
-    # single-precision registers (an int32 % is a long emulated routine): fl(x * fl(1/m)) is
-    # within |x/m| * 2**-23 < 1 of x/m, so q = floor of it is floor(x/m) - 1, + 0 or + 1,
-    # |q * m| <= |x| + m <= 2**24 is exact, and x - q * m is an exact integer in [-m, 2m).
-    q = tl.floor(x * inverse)
-    r = x - q * modulus
-    r = tl.where(r < 0, r + modulus, r)
-    return tl.where(r >= modulus, r - modulus, r)
+def reduce_mod_u24(x, modulus, magic):
+    # x mod m in [0, m) for int32 0 <= x < 2**24 and 2 <= m <= 2**8, magic = ceil(2**32 / m):
+    # in integer multiply-adds (an int32 % is a long emulated routine).  With x = q * m + r,
+    # x * magic / 2**32 = x / m + x * e / (m * 2**32) for e = magic * m - 2**32 < m, so it lies
+    # in [q, q + (m - 1) / m + 2**-8) and, as 1/m >= 2**-8, its floor is q itself.
+    q = tl.umulhi(x.to(tl.uint32), magic).to(tl.int32)
+    return x - q * modulus
 
 
 @triton.jit
@@ -45,16 +43,22 @@ def fold_chunk(residue, part, coef, modulus, inverse, RESIDUE_BITS: tl.constexpr
         # residue.  No reduction: the epilogue stores the accumulator.
         r = residue + part
     elif RESIDUE_BITS == 8:
-        # m <= 2**8, in fp32: part = high * 2**16 + low with |high| <= 2**15, 0 <= low < 2**16,
-        # so high * (2**16 mod m) + low lies in (-2**23, 2**23 + 2**16), and after the first
-        # reduction residue + r * coef <= (m - 1) * m < 2**16: both inside reduce_mod_fp32's range.
+        # m <= 2**8, in 32-bit integers and no conversion instruction (a quarter of the float32
+        # rate on Hopper: they bounded the epilogue when it rounded floats).  part = high * 2**16
+        # + low with |high| <= 2**15, 0 <= low < 2**16; with c = 2**16 mod m <= m - 1,
+        # y = high * c + low + m * 2**15 is congruent to part and lies in [2**15, 2**24): at
+        # least 2**15 * (m - c), at most 2**15 * (2m - 1) + 2**16 < 2**24 for m <= 255, and
+        # 2**23 + 2**16 for m = 2**8 (c = 0).  Below 2**24 the quotient by m is the high word
+        # of y * ceil(2**32 / m), exactly (reduce_mod_u24); so is that of r * coef < 2**16.
         part32 = part.to(tl.int32)
         m32 = modulus.to(tl.int32)
-        folded = (part32 >> 16) * (65536 % m32) + (part32 & 0xFFFF)
-        m_f = modulus.to(tl.float32)
-        inv_f = inverse.to(tl.float32)
-        r = reduce_mod_fp32(folded.to(tl.float32), m_f, inv_f)
-        r = reduce_mod_fp32(residue + r * coef.to(tl.float32), m_f, inv_f)
+        m_u32 = modulus.to(tl.uint32)
+        # ceil(2**32 / m) as floor((2**32 - 1) / m) + 1, once per tile: 2**32 - 1 is ~0 in uint32
+        # (a literal would be int64, and its division emulated).
+        magic = ~(m_u32 - m_u32) // m_u32 + 1
+        y = (part32 >> 16) * (65536 % m32) + (part32 & 0xFFFF) + m32 * 32768
+        r = reduce_mod_u24(y, m32, magic)
+        r = reduce_mod_u24(residue + r * coef.to(tl.int32), m32, magic)
     elif RESIDUE_BITS == 16:
         # m <= 2**15: every intermediate stays below 2**30, in 32-bit registers (the 64-bit
         # path spills on 128 x 256 tiles).  % takes the dividend's sign; shift into [0, m).

@@ -13,6 +13,8 @@ import random
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -35,6 +37,7 @@ from kernels.products import (
     select_operand,
 )
 from kernels import wgmma_products
+from kernels.mod_reduce import fold_chunk
 from kernels.digits import digit_set
 from ozaki import catalog
 from ozaki.products import digit_planes
@@ -140,6 +143,38 @@ def test_batch_dimensions_and_int32_output():
     got = modular_matmul(a, b, [3], 97, digits="int8", config=POINTER, out_dtype=torch.int32)
     assert got.dtype == torch.int32 and got.shape == (2, 3, 33, 20)
     assert torch.equal(got.long(), reference_modular_matmul(a, b, [3], 97))
+
+
+@triton.jit
+def _fold_kernel(residue_ptr, part_ptr, coef_ptr, modulus_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    modulus = tl.load(modulus_ptr + offs, mask=mask, other=2)
+    folded = fold_chunk(tl.load(residue_ptr + offs, mask=mask, other=0), tl.load(part_ptr + offs, mask=mask, other=0),
+                        tl.load(coef_ptr + offs, mask=mask, other=0), modulus, 1.0 / modulus.to(tl.float64), 8)
+    tl.store(out_ptr + offs, folded, mask=mask)
+
+
+@pytest.mark.parametrize("part_dtype", [torch.int32, torch.float32])
+def test_byte_residue_fold_is_exact_over_its_whole_range(part_dtype):
+    """The epilogue's reduction for moduli up to 2**8 (kernels.mod_reduce.fold_chunk): every
+    modulus from 2 to 256, chunk sums at the ends of their range (int32's, or the integers
+    fp32 holds exactly for the fp8 and fp4 accumulators) and at the 2**16 seams of its split,
+    residues and coefficients up to m - 1, against Python's integers."""
+    limit = 2**31 - 1 if part_dtype == torch.int32 else 2**24
+    edges = [0, 1, -1, limit, -limit, 2**16 - 1, 2**16, -(2**16), -(2**16) - 1, 2**23, -(2**23) + 1, 2**24 - 1]
+    rng = random.Random(7)
+    rows = []
+    for m in range(2, 257):
+        for part in edges + [rng.randint(-limit, limit) for _ in range(12)]:
+            rows.append((rng.choice([0, m - 1, rng.randrange(m)]), part, rng.choice([0, 1, m - 1, rng.randrange(m)]), m))
+    residue, part, coef, modulus = (list(column) for column in zip(*rows))
+    tensors = [torch.tensor(residue, dtype=torch.int32), torch.tensor(part, dtype=torch.int64).to(part_dtype),
+               torch.tensor(coef, dtype=torch.int32), torch.tensor(modulus, dtype=torch.int32)]
+    tensors = [t.to(DEVICE) for t in tensors]
+    out = torch.empty(len(rows), dtype=torch.int32, device=DEVICE)
+    _fold_kernel[(triton.cdiv(len(rows), 1024),)](*tensors, out, len(rows), BLOCK=1024)
+    assert out.cpu().tolist() == [(r + p * c) % m for r, p, c, m in rows]
 
 
 @pytest.mark.parametrize("moduli, dtype", [([7, 256], torch.uint8), ([257], torch.int16), ([2, 2**15 - 1], torch.int16),

@@ -103,9 +103,11 @@ def test_int8_is_wgmma_s8_with_int32_accumulation(ptx):
                  "int8-pointer", "int8-gluon", "int8-gluon-wide", "int8-gluon-int16-residues", "int8-gluon-big-moduli"):
         assert {m for m in mma(ptx[name]) if m.startswith("wgmma")} == mma(ptx[name])
         assert all(m.endswith(".s32.s8.s8") for m in mma(ptx[name])), mma(ptx[name])
-    # No float anywhere where residues take integer arithmetic (byte residues are reduced in fp32).
-    for name in ("int8-int16-residues", "int8-big-moduli", "int8-gluon-int16-residues", "int8-gluon-big-moduli"):
-        assert fp32_adds(ptx[name]) == 0
+    # No float add anywhere: every residue of an int8 product is reduced in integers (byte
+    # residues by multiply-high, kernels.mod_reduce.reduce_mod_u24).
+    for name in ("int8-tma", "int8-wide-tma", "int8-two-per-sm", "int8-pointer", "int8-gluon", "int8-gluon-wide",
+                 "int8-int16-residues", "int8-big-moduli", "int8-gluon-int16-residues", "int8-gluon-big-moduli"):
+        assert fp32_adds(ptx[name]) == 0, name
 
 
 @pytest.mark.parametrize("name", ["int8-exact-sums", "int8-gluon-exact-sums"])
@@ -170,8 +172,9 @@ def test_residue_reduction_avoids_int64_division(ptx):
 
 
 def test_byte_residues_are_reduced_without_integer_division(ptx):
-    # Moduli up to 2**8 (every catalog plan) take the fp32 reduction: no per-entry emulated
-    # integer division in the epilogue, only one per tile for 2**16 mod m.
+    # Moduli up to 2**8 (every catalog plan) take the multiply-high reduction: no per-entry
+    # emulated integer division in the epilogue, only a few per tile (2**16 mod m, ceil(2**32 / m)),
+    # and no conversion instruction per entry (a quarter of the float32 rate on Hopper).
     def divisions(name):
         return len(re.findall(r"\b(?:div|rem)\.[su]32\b", ptx[name]))
 
@@ -181,6 +184,8 @@ def test_byte_residues_are_reduced_without_integer_division(ptx):
 
     for name in ("int8-tma", "int8-wide-tma", "int8-two-per-sm", "int8-pointer", "int8-gluon", "int8-gluon-wide"):
         assert divisions(name) < entries_per_thread(name) // 2, name
+        assert len(re.findall(r"\bmul\.hi\.u32\b", ptx[name])) >= entries_per_thread(name), name
+        assert not re.search(r"\bcvt\.\w*\.?f32\b|\bcvt\.rmi\b", ptx[name]), name
     assert divisions("int8-int16-residues") >= 2 * entries_per_thread("int8-int16-residues")
 
 

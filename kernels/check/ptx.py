@@ -206,8 +206,8 @@ def check_ptx(names=None):
 
 def _plane_gemm_summaries(operand):
     # int16 residues: an epilogue of integer arithmetic, so every float add in the PTX belongs to the
-    # K loop the descriptor models.  The byte residues' fp32 reduction is exact fused or not
-    # (kernels.mod_reduce.reduce_mod_fp32) and tests/test_kernels_ptx.py checks it replaces the division.
+    # K loop the descriptor models (byte residues are reduced in integers too,
+    # kernels.mod_reduce.reduce_mod_u24).
     return {"configs": [summarize(compile_ptx(operand, 90, config, residue_dtype=torch.int16))
                         for config in CONFIGS[operand]]}
 

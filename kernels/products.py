@@ -651,7 +651,7 @@ def _launch(a_op: torch.Tensor, b_op: torch.Tensor, coefficients: tuple[int, ...
     callers have validated every other bound.  ``exact_sums``: the caller guarantees one
     plane of coefficient 1, one K chunk and every sum in [0, m) (:func:`exact_int8_matmul`),
     which the epilogue then stores unreduced."""
-    # The residue arithmetic follows the moduli (the fp32 path is exact for m <= 2**8 only),
+    # The residue arithmetic follows the moduli (the byte path is exact for m <= 2**8 only),
     # never the output's type.
     arithmetic = residue_dtype(moduli)
     if out.dtype.itemsize < arithmetic.itemsize:

@@ -12,7 +12,10 @@ decode is one program per block of entries with two block-uniform branches (its 
 paths): its count over the entries a thread holds counts both sides of each, so it bounds
 what a block runs per entry rather than giving it (benchmarks/kernels.md, "The decode's
 fast blocks": the decode's time follows its integer instructions, not all of them).  The encode's count
-includes both its float and its integer tile paths.  The table prints last.
+includes both its float and its integer tile paths.  The plane GEMM is the int8 launch the
+tuner takes on the H200 (``kernels.products.CONFIGS["int8"]``'s first Gluon config, byte
+residues): per entry its count is the epilogue's (the K loop's instructions are per K block,
+not per entry).  The table prints last.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import sys
 
 import torch
 
-from kernels import crt, residues
+from kernels import crt, products, residues
 from kernels.ptx import sass_opcodes
 from ozaki.capacity import crt_capacity
 from ozaki.planning import moduli_for
@@ -34,6 +37,9 @@ def main() -> None:
     rows = [("decode", crt.compile_kernel(moduli, residues="u8", aligned=True), entries_per_thread)]
     for operand in ("a", "b"):
         rows.append((f"encode {operand}", residues.compile_kernel(moduli, operand=operand), None))
+    gemm = next(config for config in products.CONFIGS["int8"] if config.gluon)
+    rows.append((f"plane GEMM {gemm.block_m}x{gemm.block_n}x{gemm.block_k}, {gemm.num_warps} warps",
+                 products.compile_kernel("int8", 90, gemm), gemm.block_m * gemm.block_n // (32 * gemm.num_warps)))
     print(f"K = {k}: {len(moduli)} moduli {moduli}")
     print("| kernel | SASS per thread | per entry | most frequent |")
     print("| --- | --- | --- | --- |")

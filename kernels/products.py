@@ -61,6 +61,7 @@ __all__ = [
     "CONFIGS",
     "OPERANDS",
     "PlaneGemmConfig",
+    "compile_kernel",
     "compile_ptx",
     "config_refusal",
     "EXACT_SUM_MODULUS",
@@ -791,12 +792,22 @@ def reference_modular_matmul(a_planes: torch.Tensor, b_planes: torch.Tensor, coe
 def compile_ptx(operand: str, capability: int, config: PlaneGemmConfig, *, single_flush: bool = True,
                 residue_dtype: torch.dtype = torch.uint8, multiprocessors: int = 132,
                 exact_sums: bool = False) -> str:
-    """PTX of the plane GEMM for ``operand`` on ``sm_<capability>``, compiled without a GPU
+    """PTX of :func:`compile_kernel`."""
+    return compile_kernel(operand, capability, config, single_flush=single_flush, residue_dtype=residue_dtype,
+                          multiprocessors=multiprocessors, exact_sums=exact_sums).asm["ptx"]
+
+
+def compile_kernel(operand: str, capability: int, config: PlaneGemmConfig, *, single_flush: bool = True,
+                   residue_dtype: torch.dtype = torch.uint8, multiprocessors: int = 132,
+                   exact_sums: bool = False):
+    """The plane GEMM for ``operand`` on ``sm_<capability>``, compiled without a GPU
     (``residue_dtype``: the residues' type, which selects the residue arithmetic;
     ``multiprocessors``: the device's, an H100/H200's by default, which with
     ``config.programs_per_sm`` sizes the persistent launch; ``exact_sums``: as
-    :func:`exact_int8_matmul` launches it, int32 sums stored unreduced).  Needs a process
-    without ``TRITON_INTERPRET=1`` (see :func:`kernels.ptx.compile_kernel`)."""
+    :func:`exact_int8_matmul` launches it, int32 sums stored unreduced); the Gluon kernel
+    (:mod:`kernels.wgmma_products`) for a ``gluon`` config.  Triton's compiled kernel: its
+    ``asm`` holds the PTX and the cubin.  Needs a process without ``TRITON_INTERPRET=1`` (see
+    :func:`kernels.ptx.compile_kernel`)."""
     if operand not in OPERANDS:
         raise ValueError(f"unknown operand {operand!r}; known: {', '.join(OPERANDS)}")
     if exact_sums and (operand != "int8" or residue_dtype != torch.int32 or not single_flush):
@@ -806,9 +817,8 @@ def compile_ptx(operand: str, capability: int, config: PlaneGemmConfig, *, singl
         if operand != "int8" or capability != 90 or not single_flush:
             raise ValueError(f"the gluon kernel is sm_90 int8 with one plane and one K chunk (single_flush); "
                              f"got {operand} on sm_{capability}, single_flush={single_flush}")
-        return wgmma_products.compile_ptx(config, residue_bits=residue_bits,
-                                          out_type=_OUT_TYPES[residue_dtype],
-                                          programs=multiprocessors * config.programs_per_sm)
+        return wgmma_products.compile_kernel(config, residue_bits=residue_bits, out_type=_OUT_TYPES[residue_dtype],
+                                             programs=multiprocessors * config.programs_per_sm)
     constexprs = dict(OPERAND=operand, SINGLE_FLUSH=single_flush, RESIDUE_BITS=residue_bits,
                       USE_TMA=config.tma, BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
                       GROUP_M=config.group_m, IMPRECISE_WINDOW=config.imprecise_window,
@@ -828,5 +838,5 @@ def compile_ptx(operand: str, capability: int, config: PlaneGemmConfig, *, singl
     # What a launch specializes: 16-byte aligned pointers, row strides (K padded to whole
     # blocks) divisible by 16.
     aligned = [name for name, kind in signature.items() if kind.startswith("*")] + ["stride_a", "stride_b"]
-    return ptx.compile_ptx(_plane_gemm_kernel, signature, constexprs, divisible=aligned, capability=capability,
-                           num_warps=config.num_warps, num_stages=config.num_stages)
+    return ptx.compile_kernel(_plane_gemm_kernel, signature, constexprs, divisible=aligned, capability=capability,
+                              num_warps=config.num_warps, num_stages=config.num_stages)

@@ -30,7 +30,7 @@ from triton.runtime.interpreter import InterpretedFunction
 from kernels import ptx
 from kernels.mod_reduce import fold_chunk
 
-__all__ = ["compile_ptx", "launch", "operand_layout", "supports"]
+__all__ = ["compile_kernel", "compile_ptx", "launch", "operand_layout", "supports"]
 
 # The TMA copy into shared memory: async_load from Triton 3.7 on, which removed the older name.
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
@@ -206,10 +206,16 @@ def launch(a_src: torch.Tensor, b_src: torch.Tensor, coefficients: torch.Tensor,
 
 
 def compile_ptx(config, *, residue_bits: int, out_type: str, programs: int) -> str:
-    """PTX of the kernel for sm_90 with ``config`` (a ``kernels.products.PlaneGemmConfig``),
-    compiled without a GPU: ``residue_bits`` selects the residue arithmetic, ``out_type`` is the
-    residues' pointer type (``"*u8"``), ``programs`` the persistent launch's size.  Needs a
-    process without ``TRITON_INTERPRET=1`` (see :func:`kernels.ptx.compile_kernel`)."""
+    """PTX of :func:`compile_kernel`."""
+    return compile_kernel(config, residue_bits=residue_bits, out_type=out_type, programs=programs).asm["ptx"]
+
+
+def compile_kernel(config, *, residue_bits: int, out_type: str, programs: int):
+    """The kernel for sm_90 with ``config`` (a ``kernels.products.PlaneGemmConfig``), compiled
+    without a GPU: ``residue_bits`` selects the residue arithmetic, ``out_type`` is the
+    residues' pointer type (``"*u8"``), ``programs`` the persistent launch's size.  Triton's
+    compiled kernel: its ``asm`` holds the PTX and the cubin.  Needs a process without
+    ``TRITON_INTERPRET=1`` (see :func:`kernels.ptx.compile_kernel`)."""
     if isinstance(fold_chunk, InterpretedFunction):
         raise RuntimeError("compiling a kernel for a GPU target needs compiled kernels: "
                            "run it in a process without TRITON_INTERPRET=1")
@@ -225,8 +231,8 @@ def compile_ptx(config, *, residue_bits: int, out_type: str, programs: int) -> s
     # What a launch specializes: 16-byte aligned pointers, sizes and strides of whole 16-byte rows.
     aligned = [name for name, kind in signature.items() if kind.startswith("*")] + ["N", "stride_og", "stride_ob",
                                                                                    "stride_om"]
-    return ptx.compile_ptx(wgmma_plane_gemm_kernel, signature, constexprs, divisible=aligned, capability=90,
-                           num_warps=config.num_warps)
+    return ptx.compile_kernel(wgmma_plane_gemm_kernel, signature, constexprs, divisible=aligned, capability=90,
+                              num_warps=config.num_warps)
 
 
 def _descriptor_type(block_rows: int, block_k: int) -> str:

@@ -43,8 +43,8 @@ def fold_chunk(residue, part, coef, modulus, inverse, RESIDUE_BITS: tl.constexpr
         # residue.  No reduction: the epilogue stores the accumulator.
         r = residue + part
     elif RESIDUE_BITS == 8:
-        # m <= 2**8, in 32-bit integers and no conversion instruction (a quarter of the float32
-        # rate on Hopper: they bounded the epilogue when it rounded floats).  part = high * 2**16
+        # m <= 2**8, in 32-bit integers with no conversion instruction (Hopper runs those at a
+        # quarter of the float32 rate, in an epilogue no MMA overlaps).  part = high * 2**16
         # + low with |high| <= 2**15, 0 <= low < 2**16; with c = 2**16 mod m <= m - 1,
         # y = high * c + low + m * 2**15 is congruent to part and lies in [2**15, 2**24): at
         # least 2**15 * (m - c), at most 2**15 * (2m - 1) + 2**16 < 2**24 for m <= 255, and

@@ -228,7 +228,8 @@ def upper_reading_kernel(x: torch.Tensor, top: torch.Tensor, levels: int, *,
     if levels < 0 or x.shape[1] << levels > FLOAT64_EXACT:
         raise ValueError(f"levels = {levels} with K = {x.shape[1]}: levels must be non-negative and K·2^levels at "
                          "most 2^53 (U ≤ K·2^levels is summed exactly in float64)")
-    reading = UpperReading(*(torch.zeros(x.shape[0], dtype=torch.int64, device=x.device) for _ in range(3)))
+    # The three sums start at zero: one fill for them all.
+    reading = UpperReading(*torch.zeros((3, x.shape[0]), dtype=torch.int64, device=x.device))
     block = block or UPPER_BLOCKS["k" if x.stride(1) == 1 else "rows"]
     _launch_codes(x, top, tuple(x.shape), levels, None, reading, block, chunks, num_warps)
     return reading
@@ -345,7 +346,7 @@ _CARRY_BITS = tl.constexpr(FRACTION_BITS + 1)
 
 
 @triton.jit
-def _window_tops_kernel(top_ptr, sums_ptr, window_ptr, offset_ptr, lines, levels, k_bits, BLOCK: tl.constexpr):
+def _window_tops_side(top_ptr, sums_ptr, window_ptr, offset_ptr, lines, levels, k_bits, BLOCK: tl.constexpr):
     offs, mask = scaling.line_block(lines, BLOCK)
     top = tl.load(top_ptr + offs, mask=mask, other=0)
     sums = tl.load(sums_ptr + offs, mask=mask, other=0)
@@ -356,25 +357,36 @@ def _window_tops_kernel(top_ptr, sums_ptr, window_ptr, offset_ptr, lines, levels
     tl.store(offset_ptr + offs, window - top, mask=mask)
 
 
-def window_tops_kernel(top: torch.Tensor, sums: torch.Tensor, k: int, levels: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per line, the window top r = min(t − W + bit_length(U) − bit_length(K) + 1 + 3, t) of
-    its lower codes (``ozaki.accuracy``), and r − t, int64, from its top t and upper sum U
-    (int64, 0 ≤ U ≤ K·2^W ≤ 2^53, as :func:`upper_reading_kernel` sums it) with W = ``levels``:
-    one launch."""
-    _check_lines(top=top, sums=sums)
+@triton.jit
+def _window_tops_kernel(top_ptr, sums_ptr, window_ptr, offset_ptr, lines, other_top_ptr, other_sums_ptr,
+                        other_window_ptr, other_offset_ptr, other_lines, levels, k_bits, BLOCK: tl.constexpr):
+    # The grid's second axis picks the side (kernels.scaling.launch_sides).
+    if tl.program_id(1) == 0:
+        _window_tops_side(top_ptr, sums_ptr, window_ptr, offset_ptr, lines, levels, k_bits, BLOCK)
+    else:
+        _window_tops_side(other_top_ptr, other_sums_ptr, other_window_ptr, other_offset_ptr, other_lines, levels,
+                          k_bits, BLOCK)
+
+
+def window_tops_kernel(*sides: tuple[torch.Tensor, torch.Tensor], k: int,
+                       levels: int) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
+    """Per line of one or two sides (A's rows, Bᵀ's; each a pair of its lines' top t and upper
+    sum U, int64, 0 ≤ U ≤ K·2^W ≤ 2^53 as :func:`upper_reading_kernel` sums it, W =
+    ``levels``), the window top r = min(t − W + bit_length(U) − bit_length(K) + 1 + 3, t) of its
+    lower codes (``ozaki.accuracy``) and r − t, int64: (r, r − t) per side, in one launch."""
+    for top, sums in sides:
+        _check_lines(top=top, sums=sums)
     if int(k) < 0 or levels < 0 or int(k) << levels > FLOAT64_EXACT:
         raise ValueError(f"k = {k} and levels = {levels}: both non-negative and K·2^levels at most 2^53 (U ≤ K·2^W "
                          "is read as a float64 for its bit length)")
-    window, offset = torch.empty_like(top), torch.empty_like(top)
-    if top.numel():
-        _window_tops_kernel[(triton.cdiv(top.numel(), LINES_BLOCK),)](
-            top, sums, window, offset, top.numel(), levels, int(k).bit_length(), BLOCK=LINES_BLOCK,
-            num_warps=LINES_WARPS)
-    return window, offset
+    outs = [(torch.empty_like(top), torch.empty_like(top)) for top, _ in sides]
+    scaling.launch_sides(_window_tops_kernel, [(top, sums, *out, top.numel()) for (top, sums), out in zip(sides, outs)],
+                         LINES_BLOCK, levels, int(k).bit_length(), num_warps=LINES_WARPS)
+    return tuple(outs)
 
 
 @triton.jit
-def _levels_kernel(least_ptr, top_ptr, window_ptr, level_ptr, lines, base, BLOCK: tl.constexpr):
+def _levels_side(least_ptr, top_ptr, window_ptr, level_ptr, lines, base, BLOCK: tl.constexpr):
     offs, mask = scaling.line_block(lines, BLOCK)
     least = tl.load(least_ptr + offs, mask=mask, other=0.0) * _QUOTIENT_MARGIN
     line_base = base + tl.load(top_ptr + offs, mask=mask, other=0) - tl.load(window_ptr + offs, mask=mask, other=0)
@@ -385,20 +397,31 @@ def _levels_kernel(least_ptr, top_ptr, window_ptr, level_ptr, lines, base, BLOCK
     tl.store(level_ptr + offs, level, mask=mask)
 
 
-def levels_kernel(least: torch.Tensor, top: torch.Tensor, window_top: torch.Tensor, base: int) -> torch.Tensor:
-    """Per line, the bits p = base + t − r − e it needs at guard 0 (one more below 53 bits, for
-    the rounding carry; clamped to [0, UNBOUNDED]), with 2^e ≤ ``least``·(1 − 2^-50) < 2^(e+1)
-    (the least quotient, :func:`least_quotients_kernel`, over the whole product); UNBOUNDED
-    where it is 0, 0 where it is inf (``ozaki.accuracy``'s levels): one launch.  ``top`` and
-    ``window_top`` are the lines' t and r (int64)."""
-    _check_lines(top=top, window_top=window_top)
-    if not isinstance(least, torch.Tensor) or least.dtype != torch.float64 or least.shape != top.shape:
-        raise ValueError(f"least must be float64 of shape {tuple(top.shape)}")
-    level = torch.empty_like(top)
-    if top.numel():
-        _levels_kernel[(triton.cdiv(top.numel(), LINES_BLOCK),)](
-            least, top, window_top, level, top.numel(), base, BLOCK=LINES_BLOCK, num_warps=LINES_WARPS)
-    return level
+@triton.jit
+def _levels_kernel(least_ptr, top_ptr, window_ptr, level_ptr, lines, other_least_ptr, other_top_ptr,
+                   other_window_ptr, other_level_ptr, other_lines, base, BLOCK: tl.constexpr):
+    # The grid's second axis picks the side (kernels.scaling.launch_sides).
+    if tl.program_id(1) == 0:
+        _levels_side(least_ptr, top_ptr, window_ptr, level_ptr, lines, base, BLOCK)
+    else:
+        _levels_side(other_least_ptr, other_top_ptr, other_window_ptr, other_level_ptr, other_lines, base, BLOCK)
+
+
+def levels_kernel(*sides: tuple[torch.Tensor, torch.Tensor, torch.Tensor], base: int) -> tuple[torch.Tensor, ...]:
+    """Per line of one or two sides (each its lines' least quotient, float64, over the whole
+    product (:func:`least_quotients_kernel`), top t and window top r, int64), the bits
+    p = base + t − r − e it needs at guard 0 (one more below 53 bits, for the rounding carry;
+    clamped to [0, UNBOUNDED]), with 2^e ≤ least·(1 − 2^-50) < 2^(e+1); UNBOUNDED where the
+    least quotient is 0, 0 where it is inf (``ozaki.accuracy``'s levels): one per side, in one
+    launch."""
+    for least, top, window_top in sides:
+        _check_lines(top=top, window_top=window_top)
+        if not isinstance(least, torch.Tensor) or least.dtype != torch.float64 or least.shape != top.shape:
+            raise ValueError(f"least must be float64 of shape {tuple(top.shape)}")
+    levels = [torch.empty_like(top) for _, top, _ in sides]
+    scaling.launch_sides(_levels_kernel, [(*side, level, level.numel()) for side, level in zip(sides, levels)],
+                         LINES_BLOCK, base, num_warps=LINES_WARPS)
+    return tuple(levels)
 
 
 def _check_lines(**lines: torch.Tensor) -> None:

@@ -37,6 +37,7 @@ torch path (``ozaki.scaling.scale_rows`` -> ``ozaki.residues.residues`` ->
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import NamedTuple
@@ -269,6 +270,36 @@ def _encode_kernel(
                       stride_plane, MODULI, BASES, COMPUTED, SPLIT_BITS, SMALL_POWER)
 
 
+@lru_cache(maxsize=32)
+def _encode_launch(encodings: tuple, side: str, device: torch.device, lowest: int,
+                   highest: int) -> tuple[_EncodingTables, torch.Tensor, bool]:
+    """What a launch for these encodings, side and range of shifts reads besides the data (its
+    tables and powers of two) and whether its tiles may take the float path: checked and built
+    once, as a product's encodes repeat them while the device waits for the first."""
+    if not encodings:
+        raise ValueError("encode_planes needs at least one encoding")
+    for encoding in encodings:
+        if encoding.modulus is None or not 2 <= encoding.modulus <= MAX_MODULUS:
+            raise ValueError(f"encoding {encoding.name} is no residue encoding with a modulus in [2, {MAX_MODULUS}] "
+                             "(the float64 residue step is exact only up to there)")
+    tables = _encoding_tables(encodings, side, device)
+    moduli = tables.moduli
+    # Every scaled integer is integer * 2**power with power <= max(shift) + 971; the kernel
+    # also reads 2**(power + SPLIT_BITS) mod m.
+    count = max(highest + _TOP_ULP_EXPONENT, 0) + 1 + _SPLIT_BITS
+    size = max(1024, 1 << (count - 1).bit_length())
+    if size * len(moduli) >= 2**31:
+        raise ValueError(f"{size} powers of two for {len(moduli)} moduli pass int32 table offsets; encode fewer "
+                         "moduli per call")
+    return tables, _power_table(moduli, size, device), _float_tiles(moduli, tables.bases, (lowest, highest))
+
+
+@lru_cache(maxsize=8)
+def _unwritten_flag(device: torch.device) -> torch.Tensor:
+    # The flag of launches over finite data, which never write it: one per device, never read.
+    return torch.zeros(1, dtype=torch.int32, device=device)
+
+
 @lru_cache(maxsize=8)
 def _power_table(moduli: tuple[int, ...], size: int, device: torch.device) -> torch.Tensor:
     """[size, moduli] float64 with 2**p mod m at [p, i], by square and multiply over p's bits
@@ -378,42 +409,25 @@ def encode_planes(x: torch.Tensor, shift: torch.Tensor, encodings: Sequence, sid
                          f"table of powers of two); got {lowest} … {highest}")
     if side not in ("a", "b"):
         raise ValueError(f"side must be 'a' or 'b', got {side!r}")
-    if not encodings:
-        raise ValueError("encode_planes needs at least one encoding")
-    for encoding in encodings:
-        if encoding.modulus is None or not 2 <= encoding.modulus <= MAX_MODULUS:
-            raise ValueError(f"encoding {encoding.name} is no residue encoding with a modulus in [2, {MAX_MODULUS}] "
-                             "(the float64 residue step is exact only up to there)")
     if block is not None and (len(block) != 2 or any(b < 1 or b & (b - 1) for b in block)):
         raise ValueError(f"block must be two powers of two (BLOCK_R, BLOCK_K), got {block}")
+    tables, powers, float_tiles = _encode_launch(tuple(encodings), side, x.device, lowest, highest)
 
-    tables = _encoding_tables(tuple(encodings), side, x.device)
-    moduli = tables.moduli
-
-    rows, k = x[..., 0].numel(), x.shape[-1]
+    rows, k = math.prod(x.shape[:-1]), x.shape[-1]
     out = torch.empty((tables.plane_count, *x.shape), dtype=tables.out_dtype, device=x.device)
     if out.numel() == 0:
         return out
     flat = x.reshape(rows, k)  # a view for any 2-D input: Bᵀ is read in place
     default_block, default_warps = ENCODE_LAUNCHES["k" if flat.stride(1) == 1 else "rows"]
     block, num_warps = block or default_block, num_warps or default_warps
-    # Every scaled integer is integer * 2**power with power <= max(shift) + 971; the kernel
-    # also reads 2**(power + SPLIT_BITS) mod m.
-    count = max(highest + _TOP_ULP_EXPONENT, 0) + 1 + _SPLIT_BITS
-    size = max(1024, 1 << (count - 1).bit_length())
-    if size * len(moduli) >= 2**31:
-        raise ValueError(f"{size} powers of two for {len(moduli)} moduli pass int32 table offsets; encode fewer "
-                         "moduli per call")
-    powers = _power_table(moduli, size, x.device)
     # The kernel flags a non-finite entry; finite x never writes the flag, nor is it read then.
-    flag = (torch.empty if known_finite else torch.zeros)(1, dtype=torch.int32, device=x.device)
+    flag = _unwritten_flag(x.device) if known_finite else torch.zeros(1, dtype=torch.int32, device=x.device)
     grid = (triton.cdiv(rows, block[0]), triton.cdiv(k, block[1]))
     _encode_kernel[grid](
         flat, shift.reshape(rows).contiguous(), powers, tables.plane_start, tables.table, out, flag,
         rows, k, flat.stride(0), flat.stride(1), tables.table.stride(0), rows * k,
-        MODULI=moduli, BASES=tables.bases, COMPUTED=tables.computed,
-        FLOAT_TILES=_float_tiles(moduli, tables.bases, (lowest, highest)), BLOCK_R=block[0], BLOCK_K=block[1],
-        SPLIT_BITS=_SPLIT_BITS, SMALL_POWER=_SMALL_POWER, num_warps=num_warps,
+        MODULI=tables.moduli, BASES=tables.bases, COMPUTED=tables.computed, FLOAT_TILES=float_tiles,
+        BLOCK_R=block[0], BLOCK_K=block[1], SPLIT_BITS=_SPLIT_BITS, SMALL_POWER=_SMALL_POWER, num_warps=num_warps,
     )
     if not known_finite and int(flag):
         raise ValueError("x holds inf or nan: only finite rows can be scaled to integers")

@@ -22,17 +22,20 @@ where torch takes some twenty small launches per side, each paid in host time wh
 waits for the encode that needs the shifts.  The same float64 operations on the same values
 give the same integers (:func:`reference_row_shifts`, from the definition in Python's floats).
 
-:func:`line_summary_kernel` reduces what the plan reads of one side's lines (their bits,
-lossless widths, largest magnitudes and, under "fp64", levels and code sums) to one int64
-vector of maxima, in one launch, so that the plan reads both sides in one transfer: the
+:func:`line_summary_kernel` reduces what the plan reads of both sides' lines (their bits,
+lossless widths, largest magnitudes and, under "fp64", levels and code sums) to int64
+vectors of maxima, in one launch, so that the plan reads both sides in one transfer: the
 fewest bits and the guard among them, which a second read of minima gave before
-(:func:`reference_line_summary` holds the definition).
+(:func:`reference_line_summary` holds the definition).  Under "fp64" the same launch sets
+each line's bits from its level.  Such line kernels take both sides in one launch
+(:func:`launch_sides`): on the host a launch costs more than the device spends on the lines.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import triton
@@ -42,13 +45,14 @@ from kernels import ptx
 from kernels.crt import ldexp_factors
 from kernels.float64 import EXPONENT_BIAS, FRACTION_BITS, MAGNITUDE_MASK, SIGNIFICAND_BITS, ULP_BIAS
 
-__all__ = ["EXTENTS_BLOCK", "EXTENTS_WARPS", "INF_PATTERN", "LINE_CAP", "MAX_GRID_Y", "MAX_WIDTH", "NO_SET_BIT", "SHIFTS_BLOCK",
-           "SUMMARY_FIELDS", "SUMMARY_LENGTH", "SUMMARY_WIDTHS", "Extents", "chunked_grid", "compile_ptx",
-           "exact_bits_kernel", "frexp_exponent", "line_block", "line_summary_kernel", "reference_line_summary",
-           "reference_row_extents", "reference_row_shifts", "row_extents_kernel", "row_shifts_kernel"]
+__all__ = ["EXTENTS_BLOCK", "EXTENTS_WARPS", "INF_PATTERN", "LINE_CAP", "MAX_GRID_Y", "MAX_WIDTH", "NO_SET_BIT",
+           "SHIFTS_BLOCK", "SUMMARY_FIELDS", "SUMMARY_LENGTH", "SUMMARY_WIDTHS", "Extents", "SummaryLines",
+           "capped_shifts_kernel", "chunked_grid", "compile_ptx", "exact_bits_kernel", "frexp_exponent",
+           "launch_sides", "line_block", "line_summary_kernel", "reference_line_summary", "reference_row_extents",
+           "reference_row_shifts", "row_extents_kernel", "row_shifts_kernel"]
 
 # The lowest bit of an all-zero row: the identity of the min over its entries, above every
-# real lowest bit (≤ 1023), and int32's largest value, which is what the kernel stores.
+# real lowest bit (≤ 1023): int32's largest value, the identity of the kernel's int32 minima.
 NO_SET_BIT = 2**31 - 1
 
 
@@ -118,7 +122,7 @@ def _extents_kernel(
     # Other programs hold other chunks of the same rows: max and min commute, so the order in
     # which the atomics land changes nothing.
     tl.atomic_max(max_ptr + offs_r, tl.max(largest, axis=0), mask=row_mask)
-    tl.atomic_min(lowest_ptr + offs_r, tl.min(lowest, axis=0), mask=row_mask)
+    tl.atomic_min(lowest_ptr + offs_r, tl.min(lowest, axis=0).to(tl.int64), mask=row_mask)
 
 
 def row_extents_kernel(x: torch.Tensor, *, block: tuple[int, int] = EXTENTS_BLOCK, chunks: int | None = None,
@@ -136,14 +140,14 @@ def row_extents_kernel(x: torch.Tensor, *, block: tuple[int, int] = EXTENTS_BLOC
     rows, k = x.shape
     launch = chunked_grid(rows, k, block, chunks)
     largest = torch.zeros(rows, dtype=torch.int64, device=x.device)
-    lowest = torch.full((rows,), NO_SET_BIT, dtype=torch.int32, device=x.device)
+    lowest = torch.full((rows,), NO_SET_BIT, dtype=torch.int64, device=x.device)
     if launch is not None:
         grid, k_chunk = launch
         _extents_kernel[grid](
             x, largest, lowest, rows, k, x.stride(0), x.stride(1), k_chunk,
             BLOCK_K=block[0], BLOCK_R=block[1], num_warps=num_warps,
         )
-    return Extents(row_max=largest.view(torch.float64), lowest_bit=lowest.to(torch.int64))
+    return Extents(row_max=largest.view(torch.float64), lowest_bit=lowest)
 
 
 # Rows per program of the shifts: one entry per thread of 4 warps.
@@ -179,10 +183,13 @@ def line_block(lines, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _line_shifts(max_ptr, bits_ptr, shift_ptr, rows, BLOCK: tl.constexpr):
+def _line_shifts(max_ptr, bits_ptr, shift_ptr, kept_ptr, cap, rows, CAPPED: tl.constexpr, BLOCK: tl.constexpr):
     offs, mask = line_block(rows, BLOCK)
     row_max = tl.load(max_ptr + offs, mask=mask, other=0.0)
     bits = tl.load(bits_ptr + offs, mask=mask, other=0)
+    if CAPPED:
+        bits = tl.minimum(bits, cap)
+        tl.store(kept_ptr + offs, bits, mask=mask)
     top = frexp_exponent(row_max)
     nonzero = row_max > 0
     shift = tl.where(nonzero, bits - top, 0)
@@ -199,13 +206,14 @@ def _line_shifts(max_ptr, bits_ptr, shift_ptr, rows, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _shifts_kernel(max_ptr, bits_ptr, shift_ptr, rows, other_max_ptr, other_bits_ptr, other_shift_ptr, other_rows,
-                   BLOCK: tl.constexpr):
-    # The grid's second axis picks the side: A's rows and Bᵀ's in one launch.
+def _shifts_kernel(max_ptr, bits_ptr, shift_ptr, kept_ptr, cap, rows, other_max_ptr, other_bits_ptr,
+                   other_shift_ptr, other_kept_ptr, other_cap, other_rows, CAPPED: tl.constexpr, BLOCK: tl.constexpr):
+    # The grid's second axis picks the side (launch_sides).
     if tl.program_id(1) == 0:
-        _line_shifts(max_ptr, bits_ptr, shift_ptr, rows, BLOCK)
+        _line_shifts(max_ptr, bits_ptr, shift_ptr, kept_ptr, cap, rows, CAPPED, BLOCK)
     else:
-        _line_shifts(other_max_ptr, other_bits_ptr, other_shift_ptr, other_rows, BLOCK)
+        _line_shifts(other_max_ptr, other_bits_ptr, other_shift_ptr, other_kept_ptr, other_cap, other_rows, CAPPED,
+                     BLOCK)
 
 
 def row_shifts_kernel(*sides: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, ...]:
@@ -214,24 +222,51 @@ def row_shifts_kernel(*sides: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.
     round up to 2^p.  Each side is (``row_max``, ``bits``): float64 (a row's largest |x|,
     finite and non-negative: ``Extents.row_max``) and int64 p ≥ 0, one per row, on one
     device; nothing is read back (the caller keeps p ≥ 0)."""
+    return tuple(shift for shift, _ in _launch_shifts("row_shifts_kernel", [(*side, None) for side in sides]))
+
+
+def capped_shifts_kernel(*sides: tuple[torch.Tensor, torch.Tensor, int]
+                         ) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
+    """:func:`row_shifts_kernel` of rows that keep at most ``cap`` bits: each side is
+    (``row_max``, ``bits``, ``cap``), each row keeps p = min(bits, cap) ≥ 0; per side (p, s),
+    both int64, in one launch for both sides (what a plan widened to P bits per row needs)."""
+    for *_, cap in sides:
+        if not isinstance(cap, int) or cap < 0:
+            raise ValueError(f"cap must be a non-negative int, got {cap!r}")
+    return tuple((kept, shift) for shift, kept in _launch_shifts("capped_shifts_kernel", sides))
+
+
+def _launch_shifts(name: str, sides: list[tuple]) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
     if len(sides) not in (1, 2):
-        raise ValueError(f"row_shifts_kernel takes one or two sides, got {len(sides)}")
-    shifts = []
-    for row_max, bits in sides:
+        raise ValueError(f"{name} takes one or two sides, got {len(sides)}")
+    outs = []
+    for row_max, bits, cap in sides:
         if not isinstance(row_max, torch.Tensor) or row_max.dtype != torch.float64 or row_max.dim() != 1:
             got = getattr(row_max, "dtype", type(row_max).__name__)
             raise TypeError(f"row_max must be a 1-D float64 tensor, got {got}")
         if (not isinstance(bits, torch.Tensor) or bits.dtype != torch.int64 or bits.shape != row_max.shape
                 or bits.device != sides[0][0].device):
             raise ValueError(f"bits must be an int64 tensor of shape {tuple(row_max.shape)} on {sides[0][0].device}")
-        shifts.append(torch.empty_like(bits))
-    rows = [shift.numel() for shift in shifts]
-    if max(rows):
-        lines = [(row_max.contiguous(), bits.contiguous(), shift, shift.numel())
-                 for (row_max, bits), shift in zip(sides, shifts)]
-        _shifts_kernel[(triton.cdiv(max(rows), SHIFTS_BLOCK), len(lines))](
-            *lines[0], *lines[-1], BLOCK=SHIFTS_BLOCK, num_warps=4)
-    return tuple(shifts)
+        outs.append((torch.empty_like(bits), None if cap is None else torch.empty_like(bits)))
+    capped = sides[0][2] is not None
+    launch_sides(_shifts_kernel, [(row_max.contiguous(), bits.contiguous(), shift, kept, cap or 0, shift.numel())
+                                  for (row_max, bits, cap), (shift, kept) in zip(sides, outs)], SHIFTS_BLOCK,
+                 CAPPED=capped)
+    return outs
+
+
+def launch_sides(kernel, sides: list[tuple], block: int, *shared, num_warps: int = 4, **constexprs) -> None:
+    """One launch of a line kernel over one or two sides (A's rows, Bᵀ's), each side its
+    arguments ending in its line count: the kernel takes the first side's, the last side's
+    (the first's again for one side) and then ``shared``; the grid's second axis picks the
+    side, in programs of ``block`` lines.  Each launch costs the host more than the device
+    takes for a side's lines (benchmarks/RESULTS.md, the launchers' host times)."""
+    if len(sides) not in (1, 2):
+        raise ValueError(f"a line kernel takes one or two sides, got {len(sides)}")
+    lines = max(side[-1] for side in sides)
+    if lines:
+        kernel[(triton.cdiv(lines, block), len(sides))](*sides[0], *sides[-1], *shared, BLOCK=block,
+                                                       num_warps=num_warps, **constexprs)
 
 
 @triton.jit
@@ -293,13 +328,33 @@ _SUMMARY_WIDTHS = tl.constexpr(SUMMARY_WIDTHS)
 _MAX_WIDTH = tl.constexpr(MAX_WIDTH)
 
 
+class SummaryLines(NamedTuple):
+    """One side's lines as the plan summarizes them, 1-D on one device: the bits each keeps,
+    lossless widths (int64, ≥ 0), largest magnitudes (float64, ≥ 0, read as their IEEE
+    patterns) and, under "fp64", levels and code sums and sums of squares (int64)."""
+
+    bits: torch.Tensor
+    lossless: torch.Tensor
+    row_max: torch.Tensor
+    level: torch.Tensor | None = None
+    code_sums: tuple[torch.Tensor, torch.Tensor] | None = None
+
+
 @triton.jit
-def _summary_kernel(bits_ptr, lossless_ptr, largest_ptr, level_ptr, sums_ptr, squares_ptr, out_ptr, lines,
-                    HAS_LEVEL: tl.constexpr, HAS_SUMS: tl.constexpr, BLOCK: tl.constexpr):
+def _line_summary(bits_ptr, lossless_ptr, largest_ptr, level_ptr, sums_ptr, squares_ptr, out_ptr, lines, guard,
+                  HAS_LEVEL: tl.constexpr, HAS_SUMS: tl.constexpr, BLOCK: tl.constexpr):
     offs, mask = line_block(lines, BLOCK)
-    bits = tl.load(bits_ptr + offs, mask=mask, other=0)
     lossless = tl.load(lossless_ptr + offs, mask=mask, other=0)
     largest = tl.load(largest_ptr + offs, mask=mask, other=0)
+    if HAS_LEVEL:
+        # Under "fp64" a line keeps min(level + guard, lossless) bits: written where they are read.
+        level = tl.load(level_ptr + offs, mask=mask, other=0)
+        bits = tl.minimum(level + guard, lossless)
+        tl.store(bits_ptr + offs, bits, mask=mask)
+        width_value = tl.where(bits < lossless, level + 2, 1)
+    else:
+        bits = tl.load(bits_ptr + offs, mask=mask, other=0)
+        width_value = tl.full((BLOCK,), 1, tl.int64)
     # Maxima of non-negative integers: a line past the end counts as 0, the identity.
     tl.atomic_max(out_ptr + 0, tl.max(bits, axis=0))
     tl.atomic_max(out_ptr + 1, tl.max(lossless, axis=0))
@@ -309,44 +364,65 @@ def _summary_kernel(bits_ptr, lossless_ptr, largest_ptr, level_ptr, sums_ptr, sq
     if HAS_SUMS:
         tl.atomic_max(out_ptr + 5, tl.max(tl.load(sums_ptr + offs, mask=mask, other=0), axis=0))
         tl.atomic_max(out_ptr + 6, tl.max(tl.load(squares_ptr + offs, mask=mask, other=0), axis=0))
-    if HAS_LEVEL:
-        width_value = tl.where(bits < lossless, tl.load(level_ptr + offs, mask=mask, other=0) + 2, 1)
-    else:
-        width_value = tl.full((BLOCK,), 1, tl.int64)
     # The clamp only keeps the address inside the vector (a non-finite line's width is
     # meaningless, and the plan reads such operands again, zeroed).
     width = tl.minimum(tl.maximum(lossless, 0), _MAX_WIDTH - 1)
     tl.atomic_max(out_ptr + _SUMMARY_WIDTHS + width, width_value, mask=mask)
 
 
-def line_summary_kernel(bits: torch.Tensor, lossless: torch.Tensor, row_max: torch.Tensor,
-                        level: torch.Tensor | None = None, code_sums: tuple[torch.Tensor, torch.Tensor] | None = None,
-                        *, out: torch.Tensor | None = None) -> torch.Tensor:
-    """One side's summary (``SUMMARY_FIELDS``, then the widths' slots) of its lines' bits,
-    lossless widths (int64, ≥ 0), largest magnitudes (float64, ≥ 0, read as their IEEE
-    patterns), levels (int64, "fp64" only) and code sums and sums of squares (int64, "fp64"
-    only), in one launch, added by maxima into ``out`` (zeros of ``SUMMARY_LENGTH``, default a
-    new one) and returned: the launches of a batch's products can share one."""
-    lines = {"bits": bits, "lossless": lossless, "level": level, **dict(zip(("code_sums", "code_squares"),
-                                                                          code_sums or (None, None)))}
-    for name, line in lines.items():
-        if line is not None and (not isinstance(line, torch.Tensor) or line.dtype != torch.int64
-                                 or line.shape != bits.shape or line.dim() != 1 or line.device != bits.device):
-            raise ValueError(f"{name} must be a 1-D int64 tensor like bits {tuple(bits.shape)}")
-    if not isinstance(row_max, torch.Tensor) or row_max.dtype != torch.float64 or row_max.shape != bits.shape:
-        raise ValueError(f"row_max must be a float64 tensor of shape {tuple(bits.shape)}")
+@triton.jit
+def _summary_kernel(bits_ptr, lossless_ptr, largest_ptr, level_ptr, sums_ptr, squares_ptr, out_ptr, lines,
+                    other_bits_ptr, other_lossless_ptr, other_largest_ptr, other_level_ptr, other_sums_ptr,
+                    other_squares_ptr, other_out_ptr, other_lines, guard,
+                    HAS_LEVEL: tl.constexpr, HAS_SUMS: tl.constexpr, BLOCK: tl.constexpr):
+    # The grid's second axis picks the side (launch_sides).
+    if tl.program_id(1) == 0:
+        _line_summary(bits_ptr, lossless_ptr, largest_ptr, level_ptr, sums_ptr, squares_ptr, out_ptr, lines, guard,
+                      HAS_LEVEL, HAS_SUMS, BLOCK)
+    else:
+        _line_summary(other_bits_ptr, other_lossless_ptr, other_largest_ptr, other_level_ptr, other_sums_ptr,
+                      other_squares_ptr, other_out_ptr, other_lines, guard, HAS_LEVEL, HAS_SUMS, BLOCK)
+
+
+def line_summary_kernel(*sides: SummaryLines, guard: int | None = None,
+                        out: torch.Tensor | None = None) -> torch.Tensor:
+    """The summaries (``SUMMARY_FIELDS``, then the widths' slots) of one or two sides'
+    :class:`SummaryLines`, side after side in one int64 vector of ``len(sides)·SUMMARY_LENGTH``,
+    in one launch, added by maxima into ``out`` (zeros, default a new one) and returned: the
+    launches of a batch's products can share one.  Under "fp64" (every side with levels)
+    each line keeps min(level + ``guard``, lossless) bits, which the launch writes into the
+    side's ``bits`` (contiguous) as it summarizes them; otherwise ``bits`` is read."""
+    if len(sides) not in (1, 2):
+        raise ValueError(f"line_summary_kernel takes one or two sides, got {len(sides)}")
+    fp64 = sides[0].level is not None
+    if (guard is None) == fp64:
+        raise ValueError("guard goes with levels: give both (accuracy='fp64') or neither")
+    device = sides[0].bits.device
+    for side in sides:
+        if (side.level is not None) != fp64 or (side.code_sums is not None) != (sides[0].code_sums is not None):
+            raise ValueError("every side has levels and code sums, or none has")
+        lines = {"bits": side.bits, "lossless": side.lossless, "level": side.level,
+                 **dict(zip(("code_sums", "code_squares"), side.code_sums or (None, None)))}
+        for name, line in lines.items():
+            if line is not None and (not isinstance(line, torch.Tensor) or line.dtype != torch.int64
+                                     or line.shape != side.bits.shape or line.dim() != 1 or line.device != device):
+                raise ValueError(f"{name} must be a 1-D int64 tensor like bits {tuple(side.bits.shape)} on {device}")
+        if (not isinstance(side.row_max, torch.Tensor) or side.row_max.dtype != torch.float64
+                or side.row_max.shape != side.bits.shape):
+            raise ValueError(f"row_max must be a float64 tensor of shape {tuple(side.bits.shape)}")
+        if fp64 and not side.bits.is_contiguous():
+            raise ValueError("bits must be contiguous: the launch writes each line's bits into it")
+    length = len(sides) * SUMMARY_LENGTH
     if out is None:
-        out = torch.zeros(SUMMARY_LENGTH, dtype=torch.int64, device=bits.device)
-    elif out.dtype != torch.int64 or out.shape != (SUMMARY_LENGTH,) or out.device != bits.device:
-        raise ValueError(f"out must be an int64 tensor of shape ({SUMMARY_LENGTH},) on {bits.device}")
-    if bits.numel():
-        level, sums, squares = (None if line is None else line.contiguous()
-                                for line in (level, *(code_sums or (None, None))))
-        _summary_kernel[(triton.cdiv(bits.numel(), SUMMARY_BLOCK),)](
-            bits.contiguous(), lossless.contiguous(), row_max.contiguous().view(torch.int64), level, sums, squares,
-            out, bits.numel(), HAS_LEVEL=level is not None, HAS_SUMS=code_sums is not None, BLOCK=SUMMARY_BLOCK,
-            num_warps=4,
-        )
+        out = torch.zeros(length, dtype=torch.int64, device=device)
+    elif out.dtype != torch.int64 or out.shape != (length,) or out.device != device:
+        raise ValueError(f"out must be an int64 tensor of shape ({length},) on {device}")
+    launch_sides(_summary_kernel, [
+        (side.bits.contiguous(), side.lossless.contiguous(), side.row_max.contiguous().view(torch.int64),
+         *(None if line is None else line.contiguous() for line in (side.level, *(side.code_sums or (None, None)))),
+         out[index * SUMMARY_LENGTH:], side.bits.numel())
+        for index, side in enumerate(sides)], SUMMARY_BLOCK, guard or 0, HAS_LEVEL=fp64,
+        HAS_SUMS=sides[0].code_sums is not None)
     return out
 
 
@@ -425,7 +501,7 @@ def compile_ptx(capability: int = 90, operand: str = "a", aligned: bool = True) 
     unit, other = {"a": ("stride_xk", "stride_xr"), "b": ("stride_xr", "stride_xk")}.get(operand, (None, None))
     if unit is None:
         raise ValueError(f"operand must be 'a' or 'b', got {operand!r}")
-    pointers = {"x_ptr": "*fp64", "max_ptr": "*i64", "lowest_ptr": "*i32"}
+    pointers = {"x_ptr": "*fp64", "max_ptr": "*i64", "lowest_ptr": "*i64"}
     constexprs = {"BLOCK_K": EXTENTS_BLOCK[0], "BLOCK_R": EXTENTS_BLOCK[1], unit: 1}
     signature = {name: pointers.get(name, "i32") for name in _extents_kernel.arg_names}
     signature.update({name: "constexpr" for name in constexprs})

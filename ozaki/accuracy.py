@@ -305,8 +305,8 @@ def fp64_reading(a: torch.Tensor, bt: torch.Tensor, extents_a: Extents, extents_
     else:
         u_a, u_b = (agreement.sum_over_k(upper.sums, bound=k << levels) for upper in (upper_a, upper_b))
         if kernels:
-            (r_a, offset_a), (r_b, offset_b) = (accuracy_kernels.window_tops_kernel(top, u, k, levels)
-                                                for top, u in ((top_a, u_a), (top_b, u_b)))
+            (r_a, offset_a), (r_b, offset_b) = accuracy_kernels.window_tops_kernel((top_a, u_a), (top_b, u_b), k=k,
+                                                                                   levels=levels)
         else:
             r_a, r_b = _window_tops(top_a, u_a, k, levels), _window_tops(top_b, u_b, k, levels)
             offset_a, offset_b = r_a - top_a, r_b - top_b
@@ -321,8 +321,7 @@ def fp64_reading(a: torch.Tensor, bt: torch.Tensor, extents_a: Extents, extents_
         base = 53 + 2 * CODE_LEVELS - levels - (k.bit_length() - 1) // 2  # h = ⌊log2 √K⌋
         least_a, least_b = agreement.min_over_columns(least_a), agreement.min_over_rows(least_b)
         if kernels:
-            level_a = accuracy_kernels.levels_kernel(least_a, top_a, r_a, base)
-            level_b = accuracy_kernels.levels_kernel(least_b, top_b, r_b, base)
+            level_a, level_b = accuracy_kernels.levels_kernel((least_a, top_a, r_a), (least_b, top_b, r_b), base=base)
         else:
             level_a, level_b = _levels(base + top_a - r_a, least_a), _levels(base + top_b - r_b, least_b)
     # The bound's maxima over lines are those of the whole K's sums.

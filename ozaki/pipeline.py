@@ -49,18 +49,18 @@ def run(plan: ProductPlan) -> torch.Tensor:
     if plan.batch == 1:
         # One product: its result is the output (a second M×N buffer would count against the
         # workspace budget, cost.WORKSPACE_BUDGET).
-        return _product(plan, flat_a[0], flat_bt[0], *plan.rows[0]).reshape(shape)
+        return _product(plan, 0, flat_a[0], flat_bt[0], *plan.rows[0]).reshape(shape)
     out = torch.empty(shape, dtype=torch.float64, device=fa.device)
     flat_out = out.view(-1, plan.m, plan.n)
     for index in range(plan.batch):
-        flat_out[index] = _product(plan, flat_a[index], flat_bt[index], *plan.rows[index])
+        flat_out[index] = _product(plan, index, flat_a[index], flat_bt[index], *plan.rows[index])
     return out
 
 
-def _product(plan: ProductPlan, a: torch.Tensor, bt: torch.Tensor, extents_a: Extents, extents_b: Extents,
-             bits_a: torch.Tensor, bits_b: torch.Tensor) -> torch.Tensor:
-    """C = A·B for one finite pair, A (M, K) and Bᵀ (N, K), with the plan's moduli; stage 1
-    (extents and bits per row) is the plan's."""
+def _product(plan: ProductPlan, index: int, a: torch.Tensor, bt: torch.Tensor, extents_a: Extents,
+             extents_b: Extents, bits_a: torch.Tensor, bits_b: torch.Tensor) -> torch.Tensor:
+    """C = A·B for the plan's product ``index``, one finite pair, A (M, K) and Bᵀ (N, K), with
+    the plan's moduli; stage 1 (extents, bits and, where it made them, shifts per row) is the plan's."""
     if plan.bands is not None:
         return _banded(a, bt, bits_a, bits_b, plan.bands, plan.moduli)
     device, moduli = a.device, plan.moduli
@@ -68,8 +68,8 @@ def _product(plan: ProductPlan, a: torch.Tensor, bt: torch.Tensor, extents_a: Ex
     if moduli.encodings is not None and planning.kernels_available(device):
         with stage("encode", device):
             # 1. Scale: A' = round(diag(2^s) A), B' = round(B diag(2^t)), |A'| ≤ 2^p − 1, |B'| ≤ 2^q − 1.
-            shift_a, shift_b = sides_shifts((extents_a.row_max, bits_a, plan.bits_a[0]),
-                                            (extents_b.row_max, bits_b, plan.bits_b[0]))
+            shift_a, shift_b = plan.shifts[index] if plan.shifts else sides_shifts(
+                (extents_a.row_max, bits_a, plan.bits_a[0]), (extents_b.row_max, bits_b, plan.bits_b[0]))
         return _fused_by_row_blocks(a, bt, shift_a, shift_b, moduli, plan.shift_span)
 
     with stage("encode", device):

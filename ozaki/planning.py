@@ -105,6 +105,9 @@ class ProductPlan:
     operands: tuple[torch.Tensor, torch.Tensor] = field(default=(), repr=False, compare=False)
     nonfinite: bool = field(default=False, repr=False, compare=False)
     rows: tuple = field(default=(), repr=False, compare=False)
+    # Per product of the batch, each row's shift of A and of Bᵀ (ozaki.scaling.shifts_of of its
+    # bits) where the plan made them with the bits (widened "fp64" rows on CUDA); else empty.
+    shifts: tuple = field(default=(), repr=False, compare=False)
     # A range holding every row's shift (ozaki.scaling.shifts_of) on the emulated path.
     shift_span: tuple[int, int] | None = field(default=None, repr=False, compare=False)
 
@@ -286,7 +289,7 @@ def plan_product(a: torch.Tensor, b: torch.Tensor, accuracy: Accuracy = "fp64", 
     # below it, and every row keeps the bits the int8 plan of its need pays for, whatever
     # the engine, so that every engine keeps the same bits and returns the same result.
     needed = functools.partial(crt_capacity, whole_k)
-    widened = False
+    widened, shifts = False, ()
     if accuracy == "fp64":
         # The largest code sums over every product of the batch and every device's lines.
         magnitude = fp64_rule.MagnitudeBound.from_code_sums(read_a.code_sums, read_b.code_sums,
@@ -297,7 +300,7 @@ def plan_product(a: torch.Tensor, b: torch.Tensor, accuracy: Accuracy = "fp64", 
             # Rows end with at most P bits, and some row has them (P ≤ the widest lossless row):
             # p and q stay the largest bits of any row.
             p, q = _filled(needed, math.prod(filled.moduli), p, q, read_a.widest, read_b.widest)
-            sides = [(side_a.widened(p), side_b.widened(q)) for side_a, side_b in sides]
+            sides, shifts = _widened(sides, p, q)
             widened = True
     capacity = needed(p, q)
     split = None
@@ -331,7 +334,7 @@ def plan_product(a: torch.Tensor, b: torch.Tensor, accuracy: Accuracy = "fp64", 
         error_bound=bound, moduli=moduli, bits_a=(fewest_a, p), bits_b=(fewest_b, q), bands=split, predicted=verdict,
         guard=guard, operands=(a, b) if native else (fa, fb), nonfinite=nonfinite and not native,
         rows=tuple((side_a.extents, side_b.extents, side_a.bits, side_b.bits) for side_a, side_b in sides),
-        shift_span=span,
+        shifts=shifts, shift_span=span,
     ))
 
 
@@ -347,11 +350,10 @@ def _read_rows(a: torch.Tensor, b: torch.Tensor, batch: int, accuracy: Accuracy,
     flat_a, flat_bt = a.reshape(batch, m, k), b.reshape(batch, k, n).transpose(-1, -2)
     read = [_sides(flat_a[index], flat_bt[index], accuracy, agreement) for index in range(batch)]
     sides = [(side_a, side_b) for side_a, side_b, _ in read]
-    summaries = [None, None]
+    local = None
     for side_a, side_b, sums in read:
-        for index, (side, line_sums) in enumerate(((side_a, sums and sums[0::2]), (side_b, sums and sums[1::2]))):
-            summaries[index] = _summary(side, line_sums, summaries[index])
-    local = torch.cat(summaries).cpu()
+        local = _summary([(side_a, sums and sums[0::2]), (side_b, sums and sums[1::2])], local)
+    local = local.cpu()
     agreed = agreement.agree("max", local)
     half, largest = scaling_kernels.SUMMARY_LENGTH, scaling_kernels.SUMMARY_FIELDS.index("largest")
     # Of this device's own summary only whether its operands hold NaN or ±inf (it zeroes them).
@@ -359,14 +361,26 @@ def _read_rows(a: torch.Tensor, b: torch.Tensor, batch: int, accuracy: Accuracy,
     return sides, local_nonfinite, tuple(_Reading.of(agreed[i * half:(i + 1) * half]) for i in range(2))
 
 
-def _summary(side: _Side, code_sums: tuple[torch.Tensor, torch.Tensor] | None,
+def _summary(sides: list[tuple[_Side, tuple[torch.Tensor, torch.Tensor] | None]],
              out: torch.Tensor | None) -> torch.Tensor:
-    """The side's summary (kernels.scaling.line_summary_kernel), added by maxima into ``out``;
-    in torch where the kernels do not run, the same integers."""
-    bits, lossless, row_max = side.bits.reshape(-1), side.lossless.reshape(-1), side.extents.row_max.reshape(-1)
-    level = None if side.level is None else side.level.reshape(-1)
-    if kernels_available(bits.device):
-        return scaling_kernels.line_summary_kernel(bits, lossless, row_max, level, code_sums, out=out)
+    """Both sides' summaries (kernels.scaling.line_summary_kernel), side after side in one
+    vector, added by maxima into ``out``; under "fp64" each line's bits are set first, from its
+    level (see :func:`_sides`).  In torch where the kernels do not run, the same integers."""
+    lines = [scaling_kernels.SummaryLines(side.bits.reshape(-1), side.lossless.reshape(-1),
+                                          side.extents.row_max.reshape(-1),
+                                          None if side.level is None else side.level.reshape(-1), code_sums)
+             for side, code_sums in sides]
+    guard = None if lines[0].level is None else fp64_rule.FP64_GUARD
+    if kernels_available(lines[0].bits.device):
+        return scaling_kernels.line_summary_kernel(*lines, guard=guard, out=out)
+    summary = torch.cat([_torch_summary(line, guard) for line in lines])
+    return summary if out is None else torch.maximum(out, summary)
+
+
+def _torch_summary(lines: scaling_kernels.SummaryLines, guard: int | None) -> torch.Tensor:
+    bits, lossless, row_max, level, code_sums = lines
+    if level is not None:
+        torch.minimum(level + guard, lossless, out=bits)
     summary = torch.zeros(scaling_kernels.SUMMARY_LENGTH, dtype=torch.int64, device=bits.device)
     if bits.numel():
         largest = row_max.view(torch.int64)
@@ -377,7 +391,7 @@ def _summary(side: _Side, code_sums: tuple[torch.Tensor, torch.Tensor] | None,
         width_value = torch.ones_like(bits) if level is None else torch.where(bits < lossless, level + 2, 1)
         width = lossless.clamp(0, scaling_kernels.MAX_WIDTH - 1)
         summary[scaling_kernels.SUMMARY_WIDTHS:].scatter_reduce_(0, width, width_value, "amax")
-    return summary if out is None else torch.maximum(out, summary)
+    return summary
 
 
 @dataclass(frozen=True)
@@ -451,7 +465,10 @@ class _Side:
 
     def widened(self, bits: int) -> _Side:
         """Every row keeps ``bits`` bits, or its lossless width where that is fewer."""
-        return _Side(self.extents, self.lossless.clamp(max=bits), self.lossless, self.level)
+        return self.with_bits(self.lossless.clamp(max=bits))
+
+    def with_bits(self, bits: torch.Tensor) -> _Side:
+        return _Side(self.extents, bits, self.lossless, self.level)
 
 
 def _sides(a: torch.Tensor, bt: torch.Tensor, accuracy: Accuracy,
@@ -465,9 +482,28 @@ def _sides(a: torch.Tensor, bt: torch.Tensor, accuracy: Accuracy,
     # As extents: the Triton passes on CUDA tensors, the same integers and floats as torch's.
     level_a, level_b, sums = fp64_rule.fp64_reading(a, bt, extents_a, extents_b, agreement,
                                                     kernels=kernels_available(a.device))
-    guard = fp64_rule.FP64_GUARD
-    return (_Side(extents_a, torch.minimum(level_a + guard, lossless_a), lossless_a, level_a),
-            _Side(extents_b, torch.minimum(level_b + guard, lossless_b), lossless_b, level_b), sums)
+    # Each line keeps min(level + FP64_GUARD, lossless) bits, which the summary's launch sets
+    # as it reads them (_summary): two launches fewer per side.
+    return (_Side(extents_a, torch.empty_like(level_a), lossless_a, level_a),
+            _Side(extents_b, torch.empty_like(level_b), lossless_b, level_b), sums)
+
+
+def _widened(sides: list[tuple[_Side, _Side]], p: int, q: int) -> tuple[list[tuple[_Side, _Side]], tuple]:
+    """Every row of A keeps min(lossless, ``p``) bits, every row of Bᵀ min(lossless, ``q``); on
+    CUDA with their shifts, in one launch per product (kernels.scaling.capped_shifts_kernel),
+    which the pipeline then need not make: the device waits for these launches between the
+    plan's read and the first encode (benchmarks/RESULTS.md, the 8192 timelines)."""
+    if not kernels_available(sides[0][0].bits.device):
+        return [(side_a.widened(p), side_b.widened(q)) for side_a, side_b in sides], ()
+    widened, shifts = [], []
+    for side_a, side_b in sides:
+        (bits_a, shift_a), (bits_b, shift_b) = scaling_kernels.capped_shifts_kernel(
+            (side_a.extents.row_max.reshape(-1), side_a.lossless.reshape(-1), p),
+            (side_b.extents.row_max.reshape(-1), side_b.lossless.reshape(-1), q))
+        widened.append((side_a.with_bits(bits_a.reshape(side_a.bits.shape)),
+                        side_b.with_bits(bits_b.reshape(side_b.bits.shape))))
+        shifts.append((shift_a.reshape(side_a.bits.shape), shift_b.reshape(side_b.bits.shape)))
+    return widened, tuple(shifts)
 
 
 def _logged(plan: ProductPlan) -> ProductPlan:

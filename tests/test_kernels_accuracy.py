@@ -27,7 +27,7 @@ from kernels.accuracy import (UNBOUNDED, least_quotients_kernel, levels_kernel, 
 from kernels.scaling import reference_row_extents
 from ozaki import accuracy, planning
 from ozaki.agreement import Agreement
-from ozaki.scaling import row_extents
+from ozaki.scaling import row_extents, shifts_of
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 pytestmark = pytest.mark.gpu
@@ -201,7 +201,7 @@ _LEAST = [0.0, float("inf"), 5e-324, 2.0**-1022, 1.0, 2.0 - 2.0**-52, 2.0**52, 0
 @pytest.mark.parametrize(("k", "levels"), [(1, 30), (16384, 30), (2**22, 29), (3, 0)])
 def test_window_tops_equal_the_torch_path(k, levels):
     top, sums = (torch.tensor(line, dtype=torch.int64, device=DEVICE) for line in (_TOPS, _SUMS))
-    got = window_tops_kernel(top, sums, k, levels)
+    (got,) = window_tops_kernel((top, sums), k=k, levels=levels)
     want = accuracy._window_tops(top, sums, k, levels)
     assert torch.equal(got[0], want) and torch.equal(got[1], want - top)
     assert all(torch.equal(g, r) for g, r in zip(got, reference_window_tops(top, sums, k, levels)))
@@ -212,7 +212,7 @@ def test_levels_equal_the_torch_path(base):
     least = torch.tensor(_LEAST, dtype=torch.float64, device=DEVICE)
     top = torch.tensor(_TOPS, dtype=torch.int64, device=DEVICE)
     window = top - torch.tensor([0, 3, 1, 0, 2, 7, 0, 1, 4], dtype=torch.int64, device=DEVICE)
-    got = levels_kernel(least, top, window, base)
+    (got,) = levels_kernel((least, top, window), base=base)
     assert torch.equal(got, accuracy._levels(base + top - window, least))
     assert torch.equal(got, reference_levels(least, top, window, base))
     assert int(got[0]) == UNBOUNDED and int(got[1]) == 0
@@ -228,20 +228,31 @@ def test_line_steps_equal_the_torch_path_on_any_lines(lines, data):
     sums = torch.tensor(draw(st.integers(0, 2**53 - 1)), dtype=torch.int64, device=DEVICE)
     least = torch.tensor(draw(st.floats(0.0, None, allow_nan=False)), dtype=torch.float64, device=DEVICE)
     k, levels = data.draw(st.integers(1, 2**22)), data.draw(st.integers(0, 30))
-    window, offset = window_tops_kernel(top, sums, k, levels)
+    (window, offset), = window_tops_kernel((top, sums), k=k, levels=levels)
     assert torch.equal(window, accuracy._window_tops(top, sums, k, levels)) and torch.equal(offset, window - top)
-    assert torch.equal(levels_kernel(least, top, window, 70), accuracy._levels(70 + top - window, least))
+    (level,) = levels_kernel((least, top, window), base=70)
+    assert torch.equal(level, accuracy._levels(70 + top - window, least))
+    # Two sides in one launch: each side's lines as if alone, whatever the other's length.
+    other = slice(lines // 3, None)
+    both = window_tops_kernel((top, sums), (top[other], sums[other]), k=k, levels=levels)
+    assert torch.equal(both[0][0], window) and torch.equal(both[1][0], window[other])
+    assert torch.equal(both[0][1], offset) and torch.equal(both[1][1], offset[other])
+    both = levels_kernel((least[other], top[other], window[other]), (least, top, window), base=70)
+    assert torch.equal(both[0], level[other]) and torch.equal(both[1], level)
 
 
 @pytest.mark.parametrize(
     "call, error, message",
     [
-        (lambda x, top: window_tops_kernel(top, top.int(), 4, 30), ValueError, "sums"),
-        (lambda x, top: window_tops_kernel(top, top[:1], 4, 30), ValueError, "sums"),
-        (lambda x, top: window_tops_kernel(top, top, 4, -1), ValueError, "non-negative"),
-        (lambda x, top: window_tops_kernel(top, top, 2**23, 31), ValueError, r"K·2\^levels at most 2\^53"),
-        (lambda x, top: levels_kernel(x[0].float(), top, top, 0), ValueError, "least"),
-        (lambda x, top: levels_kernel(x[0], top, x[0], 0), ValueError, "window_top"),
+        (lambda x, top: window_tops_kernel((top, top.int()), k=4, levels=30), ValueError, "sums"),
+        (lambda x, top: window_tops_kernel((top, top[:1]), k=4, levels=30), ValueError, "sums"),
+        (lambda x, top: window_tops_kernel((top, top), (top, top[:1]), k=4, levels=30), ValueError, "sums"),
+        (lambda x, top: window_tops_kernel(*[(top, top)] * 3, k=4, levels=30), ValueError, "one or two sides"),
+        (lambda x, top: window_tops_kernel((top, top), k=4, levels=-1), ValueError, "non-negative"),
+        (lambda x, top: window_tops_kernel((top, top), k=2**23, levels=31), ValueError, r"K·2\^levels at most 2\^53"),
+        (lambda x, top: levels_kernel((x[0].float(), top, top), base=0), ValueError, "least"),
+        (lambda x, top: levels_kernel((x[0], top, x[0]), base=0), ValueError, "window_top"),
+        (lambda x, top: levels_kernel((x[0], top, top), (x[0], top, x[0]), base=0), ValueError, "window_top"),
         (lambda x, top: upper_reading_kernel(x.float(), top, 30), TypeError, "float64"),
         (lambda x, top: upper_reading_kernel(x[0], top, 30), ValueError, r"\[rows, K\]"),
         (lambda x, top: upper_reading_kernel(x, top.int(), 30), ValueError, "int64"),
@@ -341,12 +352,18 @@ def test_fp64_plan_and_product_keep_the_torch_bits(fused_path, monkeypatch, phi,
                             lambda *args, _name=name, _original=original, **options:
                             passes.append(_name) or _original(*args, **options))
     got = fused_path(a, b, engine="int8")
-    # Two operand passes each, one over the code product, a per-line step per side: the kernel path ran.
+    # Two operand passes each, one over the code product, one launch of each per-line step for
+    # both sides: the kernel path ran.
     assert sorted(passes) == sorted(["upper_reading_kernel"] * 2 + ["lower_codes_kernel"] * 2
-                                    + ["least_quotients_kernel"] + ["window_tops_kernel"] * 2 + ["levels_kernel"] * 2)
+                                    + ["least_quotients_kernel", "window_tops_kernel", "levels_kernel"])
     ta, tb = (torch.from_numpy(x).to(DEVICE) for x in (a, b))
     got_plan = planning.plan_product(ta, tb, "fp64", "int8")
     assert got_plan == want_plan  # the moduli, p, q, guard and error bound
     for got_rows, want_rows in zip(_plan_bits(got_plan), _plan_bits(want_plan)):
         assert all(torch.equal(g, w) for g, w in zip(got_rows, want_rows))
+    # The kernel path's plan made the rows' shifts with their widened bits: those of the bits.
+    assert not want_plan.shifts and len(got_plan.shifts) == got_plan.batch
+    for (extents_a, extents_b, bits_a, bits_b), shifts in zip(got_plan.rows, got_plan.shifts):
+        assert all(torch.equal(shift.cpu(), shifts_of(extents.row_max.cpu(), bits.cpu()))
+                   for shift, extents, bits in zip(shifts, (extents_a, extents_b), (bits_a, bits_b)))
     assert np.array_equal(got.view(np.uint64), want.view(np.uint64))

@@ -208,8 +208,9 @@ def test_extents_kernel_reads_both_operands_coalesced_without_spills(tmp_path):
         text = result[f"{operand}-{aligned}"]
         assert ".entry _extents_kernel" in text
         assert ".local" not in text, operand
-        # One atomic per row and chunk: the int64 pattern's max, the int32 lowest bit's min.
-        assert re.search(r"atom\.global\S*\.max\.s64", text) and re.search(r"atom\.global\S*\.min\.s32", text)
+        # One atomic per row and chunk: the int64 pattern's max, the lowest bit's min (int64, as
+        # Extents holds it: no conversion launch after).
+        assert re.search(r"atom\.global\S*\.max\.s64", text) and re.search(r"atom\.global\S*\.min\.s64", text)
         assert ("ld.global.v2.b64" in text) == aligned, (operand, aligned)
 
 
@@ -271,22 +272,28 @@ def test_compiling_under_the_interpreter_raises_clearly():
 _LINE_SCRIPT = """
 import json, sys
 from kernels import accuracy, ptx, scaling
+
+
+def sides(side, **shared):
+    # A two-sided line kernel's signature (kernels.scaling.launch_sides): a side, the other, what they share.
+    return {**side, **{"other_" + name: kind for name, kind in side.items()}, **shared}
+
+
 kernels = {
-    "summary": (scaling._summary_kernel, {"bits_ptr": "*i64", "lossless_ptr": "*i64", "largest_ptr": "*i64",
-                                          "level_ptr": "*i64", "sums_ptr": "*i64", "squares_ptr": "*i64",
-                                          "out_ptr": "*i64", "lines": "i32"},
+    "summary": (scaling._summary_kernel, sides({"bits_ptr": "*i64", "lossless_ptr": "*i64", "largest_ptr": "*i64",
+                                                "level_ptr": "*i64", "sums_ptr": "*i64", "squares_ptr": "*i64",
+                                                "out_ptr": "*i64", "lines": "i32"}, guard="i32"),
                 {"HAS_LEVEL": True, "HAS_SUMS": True, "BLOCK": scaling.SUMMARY_BLOCK}),
-    "shifts": (scaling._shifts_kernel, {"max_ptr": "*fp64", "bits_ptr": "*i64", "shift_ptr": "*i64", "rows": "i32",
-                                        "other_max_ptr": "*fp64", "other_bits_ptr": "*i64", "other_shift_ptr": "*i64",
-                                        "other_rows": "i32"},
-               {"BLOCK": scaling.SHIFTS_BLOCK}),
+    "shifts": (scaling._shifts_kernel, sides({"max_ptr": "*fp64", "bits_ptr": "*i64", "shift_ptr": "*i64",
+                                              "kept_ptr": "*i64", "cap": "i32", "rows": "i32"}),
+               {"CAPPED": True, "BLOCK": scaling.SHIFTS_BLOCK}),
     "exact_bits": (scaling._exact_bits_kernel, {"max_ptr": "*fp64", "lowest_ptr": "*i64", "bits_ptr": "*i64",
                                                 "rows": "i32"}, {"BLOCK": scaling.SHIFTS_BLOCK}),
-    "window_tops": (accuracy._window_tops_kernel, {"top_ptr": "*i64", "sums_ptr": "*i64", "window_ptr": "*i64",
-                                                   "offset_ptr": "*i64", "lines": "i32", "levels": "i32",
-                                                   "k_bits": "i32"}, {"BLOCK": accuracy.LINES_BLOCK}),
-    "levels": (accuracy._levels_kernel, {"least_ptr": "*fp64", "top_ptr": "*i64", "window_ptr": "*i64",
-                                         "level_ptr": "*i64", "lines": "i32", "base": "i32"},
+    "window_tops": (accuracy._window_tops_kernel, sides({"top_ptr": "*i64", "sums_ptr": "*i64", "window_ptr": "*i64",
+                                                         "offset_ptr": "*i64", "lines": "i32"}, levels="i32",
+                                                        k_bits="i32"), {"BLOCK": accuracy.LINES_BLOCK}),
+    "levels": (accuracy._levels_kernel, sides({"least_ptr": "*fp64", "top_ptr": "*i64", "window_ptr": "*i64",
+                                               "level_ptr": "*i64", "lines": "i32"}, base="i32"),
                {"BLOCK": accuracy.LINES_BLOCK}),
 }
 out = {}

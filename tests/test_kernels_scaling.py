@@ -17,8 +17,9 @@ from test_pipeline import _spread, fused_path  # noqa: F401  (fused_path is a fi
 import kernels.scaling
 import ozaki
 import ozaki.catalog
-from kernels.scaling import (SUMMARY_LENGTH, line_summary_kernel, reference_line_summary, reference_row_extents,
-                             reference_row_shifts, row_extents_kernel, row_shifts_kernel)
+from kernels.scaling import (SUMMARY_LENGTH, SummaryLines, capped_shifts_kernel, line_summary_kernel,
+                             reference_line_summary, reference_row_extents, reference_row_shifts, row_extents_kernel,
+                             row_shifts_kernel)
 from ozaki import pipeline, planning
 from ozaki.residues import crt_capacity
 from ozaki.scaling import NO_SET_BIT, exact_bits_of, fixed_bits_of, row_extents, row_shifts, shifts_of
@@ -213,6 +214,21 @@ def test_shifts_kernel_equals_the_torch_shifts(bits):
         assert torch.equal(both[0].cpu(), want) and torch.equal(both[1].cpu(), shifts_of(row_max[:5], other))
 
 
+@pytest.mark.parametrize("cap", [0, 1, 8, 52, 53, 60, 2200])
+def test_capped_shifts_are_the_shifts_of_the_capped_bits(cap):
+    # A plan widened to P bits per row: p = min(lossless, P) and its shift, in one launch for both sides.
+    row_max = torch.tensor(_MAXIMA, dtype=torch.float64)
+    lossless = torch.arange(len(_MAXIMA), dtype=torch.int64) * 37 % 97
+    other = lossless.flip(0)[:6]
+    (kept, shift), (other_kept, other_shift) = capped_shifts_kernel(
+        (row_max.to(DEVICE), lossless.to(DEVICE), cap), (row_max[:6].to(DEVICE), other.to(DEVICE), cap + 3))
+    assert torch.equal(kept.cpu(), lossless.clamp(max=cap)) and torch.equal(other_kept.cpu(), other.clamp(max=cap + 3))
+    assert torch.equal(shift.cpu(), shifts_of(row_max, lossless.clamp(max=cap)))
+    assert torch.equal(other_shift.cpu(), shifts_of(row_max[:6], other.clamp(max=cap + 3)))
+    with pytest.raises(ValueError, match="cap must be a non-negative int"):
+        capped_shifts_kernel((row_max.to(DEVICE), lossless.to(DEVICE), -1))
+
+
 def test_exact_bits_kernel_equals_the_torch_path():
     row_max = torch.tensor(_MAXIMA + [0.0, 0.0], dtype=torch.float64)
     lowest = torch.tensor([-1074, -1074, 0, -60, -2, 1, 0, 0, 0, 900, 971, NO_SET_BIT, -3][:len(_MAXIMA)]
@@ -238,32 +254,46 @@ def test_shifts_kernel_refuses_bad_calls():
     assert [shift.shape for shift in row_shifts_kernel(empty, empty)] == [(0,), (0,)]
 
 
-def _summary_lines(seed: int, lines: int, lossy: bool):
+def _summary_lines(seed: int, lines: int, lossy: bool) -> SummaryLines:
     """Lines as the plan reads them: maxima from zero through subnormals to inf and NaN, widths
-    up to the largest, bits under or at them, levels, code sums."""
+    up to the largest, bits at them or, lossy ("fp64"), levels (the launch sets the bits) and
+    code sums."""
     rng = np.random.default_rng(seed)
     row_max = torch.tensor(rng.choice(_MAXIMA + [0.0, math.inf, math.nan], lines), dtype=torch.float64)
     lossless = torch.tensor(rng.integers(0, 2099, lines), dtype=torch.int64)
     level = torch.tensor(rng.integers(0, 70, lines), dtype=torch.int64)
-    bits = torch.minimum(level + 4, lossless) if lossy else lossless
     sums = tuple(torch.tensor(rng.integers(0, 2**40, lines), dtype=torch.int64) for _ in range(2))
-    return bits, lossless, row_max, level if lossy else None, sums if lossy else None
+    if lossy:
+        return SummaryLines(torch.full_like(lossless, -1), lossless, row_max, level, sums)
+    return SummaryLines(lossless.clone(), lossless, row_max)
+
+
+def _on_device(lines: SummaryLines) -> SummaryLines:
+    return SummaryLines(*(x if x is None else tuple(t.to(DEVICE) for t in x) if isinstance(x, tuple) else x.to(DEVICE)
+                          for x in lines))
 
 
 @pytest.mark.parametrize("lines", [0, 1, 5, 1024, 1500])
 @pytest.mark.parametrize("lossy", [True, False])
 def test_line_summary_equals_the_torch_path(lines, lossy):
-    inputs = _summary_lines(lines, lines, lossy)
-    side = planning._Side(kernels.scaling.Extents(inputs[2], torch.zeros_like(inputs[0])), inputs[0], inputs[1],
-                          inputs[3])
-    want = planning._summary(side, inputs[4], None)  # the torch path, on the CPU
-    assert want.tolist() == reference_line_summary(*inputs)
-    on_device = [x.to(DEVICE) for x in inputs[:3]] + [inputs[3] if inputs[3] is None else inputs[3].to(DEVICE),
-                                                     inputs[4] and tuple(x.to(DEVICE) for x in inputs[4])]
-    got = line_summary_kernel(*on_device)
+    sides = [_summary_lines(lines, lines, lossy), _summary_lines(lines + 1, lines // 3 + 2, lossy)]
+    guard = 4 if lossy else None
+    kept = [torch.minimum(side.level + 4, side.lossless) if lossy else side.bits for side in sides]
+    reference = [value for side, bits in zip(sides, kept)
+                 for value in reference_line_summary(bits, side.lossless, side.row_max, side.level, side.code_sums)]
+    on_device = [_on_device(side) for side in sides]
+    # The torch path, on the CPU: it too sets the bits from the levels, then summarizes.
+    want = planning._summary([(planning._Side(kernels.scaling.Extents(side.row_max, torch.zeros_like(side.lossless)),
+                                              side.bits, side.lossless, side.level), side.code_sums)
+                              for side in sides], None)
+    assert want.tolist() == reference
+    assert all(torch.equal(side.bits, bits) for side, bits in zip(sides, kept))
+    got = line_summary_kernel(*on_device, guard=guard)
     assert torch.equal(got.cpu(), want)
-    # Launches add by maxima into one summary: a batch's products share it.
-    twice = line_summary_kernel(*on_device, out=got)
+    assert all(torch.equal(side.bits.cpu(), bits) for side, bits in zip(on_device, kept))
+    # One side alone is its half; launches add by maxima into one summary (a batch's products share it).
+    assert torch.equal(line_summary_kernel(on_device[1], guard=guard).cpu(), want[SUMMARY_LENGTH:])
+    twice = line_summary_kernel(*on_device, guard=guard, out=got)
     assert torch.equal(twice.cpu(), want)
 
 
@@ -279,12 +309,22 @@ def test_a_finite_width_past_the_summarys_slots_is_refused():
 def test_line_summary_refuses_bad_calls():
     bits = torch.zeros(3, dtype=torch.int64, device=DEVICE)
     row_max = torch.zeros(3, dtype=torch.float64, device=DEVICE)
-    with pytest.raises(ValueError, match="lossless"):
-        line_summary_kernel(bits, bits[:2], row_max)
-    with pytest.raises(ValueError, match="row_max"):
-        line_summary_kernel(bits, bits, row_max.float())
-    with pytest.raises(ValueError, match="out"):
-        line_summary_kernel(bits, bits, row_max, out=torch.zeros(SUMMARY_LENGTH - 1, dtype=torch.int64))
+    lines = SummaryLines(bits, bits, row_max)
+    lossy = SummaryLines(bits, bits, row_max, bits, (bits, bits))
+    for call, message in [
+        (lambda: line_summary_kernel(SummaryLines(bits, bits[:2], row_max)), "lossless"),
+        (lambda: line_summary_kernel(SummaryLines(bits, bits, row_max.float())), "row_max"),
+        (lambda: line_summary_kernel(lines, out=torch.zeros(SUMMARY_LENGTH - 1, dtype=torch.int64)), "out"),
+        (lambda: line_summary_kernel(lines, lines, out=torch.zeros(SUMMARY_LENGTH, dtype=torch.int64)), "out"),
+        (lambda: line_summary_kernel(lines, lines, lines), "one or two sides"),
+        (lambda: line_summary_kernel(lossy), "guard goes with levels"),
+        (lambda: line_summary_kernel(lines, guard=4), "guard goes with levels"),
+        (lambda: line_summary_kernel(lossy, lines, guard=4), "every side has levels"),
+        (lambda: line_summary_kernel(SummaryLines(bits[::2], bits[::2], row_max[::2], bits[::2]), guard=4),
+         "contiguous"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            call()
 
 
 # The fused pipeline -----------------------------------------------------------------------

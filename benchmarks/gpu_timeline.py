@@ -29,7 +29,8 @@ from ozaki import accuracy, pipeline, planning
 STAGES = ((planning, "_read_rows"), (planning, "extents"), (accuracy, "fp64_reading"), (accuracy, "_upper_reading"),
           (accuracy_kernels, "window_tops_kernel"), (accuracy, "_lower_codes"), (accuracy, "_code_product"),
           (accuracy_kernels, "least_quotients_kernel"), (accuracy_kernels, "levels_kernel"), (planning, "_summary"),
-          (planning, "moduli_for"), (planning, "native_verdict"), (pipeline, "_fused_by_row_blocks"),
+          (planning, "_widened"), (planning, "moduli_for"), (planning, "native_verdict"),
+          (pipeline, "_fused_by_row_blocks"),
           (pipeline, "sides_shifts"), (pipeline, "_plane_config"),
           (residues, "shift_range"), (residues, "encode_planes"), (pipeline, "encoded_modular_matmul"),
           (crt, "decode_residues"), (crt, "raise_for_flag"))

@@ -21,6 +21,8 @@ one less where rounding would carry the row's maximum up to 2^p) of both sides i
 where torch takes some twenty small launches per side, each paid in host time while the device
 waits for the encode that needs the shifts.  The same float64 operations on the same values
 give the same integers (:func:`reference_row_shifts`, from the definition in Python's floats).
+:func:`capped_shifts_kernel` does the same for rows whose bits are first capped at P (a plan
+widened to P bits per row), writing the capped bits too.
 
 :func:`line_summary_kernel` reduces what the plan reads of both sides' lines (their bits,
 lossless widths, largest magnitudes and, under "fp64", levels and code sums) to int64

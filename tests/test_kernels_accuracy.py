@@ -25,7 +25,7 @@ from kernels.accuracy import (UNBOUNDED, least_quotients_kernel, levels_kernel, 
                               reference_upper_reading, reference_window_tops, upper_reading_kernel,
                               window_tops_kernel)
 from kernels.scaling import reference_row_extents
-from ozaki import accuracy, planning
+from ozaki import accuracy, pipeline, planning
 from ozaki.agreement import Agreement
 from ozaki.scaling import row_extents, shifts_of
 
@@ -351,6 +351,7 @@ def test_fp64_plan_and_product_keep_the_torch_bits(fused_path, monkeypatch, phi,
         monkeypatch.setattr(kernels.accuracy, name,
                             lambda *args, _name=name, _original=original, **options:
                             passes.append(_name) or _original(*args, **options))
+    monkeypatch.setattr(pipeline, "sides_shifts", lambda *sides: pytest.fail("the plan made the shifts"))
     got = fused_path(a, b, engine="int8")
     # Two operand passes each, one over the code product, one launch of each per-line step for
     # both sides: the kernel path ran.

@@ -419,7 +419,9 @@ def levels_kernel(*sides: tuple[torch.Tensor, torch.Tensor, torch.Tensor], base:
         if not isinstance(least, torch.Tensor) or least.dtype != torch.float64 or least.shape != top.shape:
             raise ValueError(f"least must be float64 of shape {tuple(top.shape)}")
     levels = [torch.empty_like(top) for _, top, _ in sides]
-    scaling.launch_sides(_levels_kernel, [(*side, level, level.numel()) for side, level in zip(sides, levels)],
+    # The kernel reads each line's quotient at unit stride (a quotient pass's output is so already).
+    scaling.launch_sides(_levels_kernel, [(least.contiguous(), top, window_top, level, level.numel())
+                                          for (least, top, window_top), level in zip(sides, levels)],
                          LINES_BLOCK, base, num_warps=LINES_WARPS)
     return tuple(levels)
 

@@ -10,8 +10,8 @@ same integer on every device, tile shape and operand type.
 One launch computes the products of every modulus: the kernel is persistent (one program
 per multiprocessor walks the output tiles of all moduli), and each tile leaves it as
 residues in the narrowest type that holds them (:func:`residue_dtype`: uint8 for the
-catalog's moduli, all at most 2**8), reduced in fp32 registers rather than by integer
-division.  :func:`encoded_modular_matmul`, the pipeline's entry, takes planes whose
+catalog's moduli, all at most 2**8), reduced by 32-bit multiply-high rather than by integer
+division (:mod:`kernels.mod_reduce`).  :func:`encoded_modular_matmul`, the pipeline's entry, takes planes whose
 digits the encode kernel guarantees and reads nothing back to the host, so a product
 queues its work without waiting for the device.  On sm_90 the int8 launches of one plane
 per modulus may run :mod:`kernels.wgmma_products` instead (``PlaneGemmConfig.gluon``), the

@@ -239,6 +239,9 @@ def test_line_steps_equal_the_torch_path_on_any_lines(lines, data):
     assert torch.equal(both[0][1], offset) and torch.equal(both[1][1], offset[other])
     both = levels_kernel((least[other], top[other], window[other]), (least, top, window), base=70)
     assert torch.equal(both[0], level[other]) and torch.equal(both[1], level)
+    # Quotients at any stride: each line's own.
+    strided = torch.stack([least, least], dim=1)
+    assert torch.equal(levels_kernel((strided[:, 0], top, window), base=70)[0], level)
 
 
 @pytest.mark.parametrize(

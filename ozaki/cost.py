@@ -80,18 +80,24 @@ DEVICES = {
 # reads FP4 two to a byte.
 PLANE_BYTES = {"int8": 1.0, "fp8": 1.0, "fp4": 0.5, "int4": 0.5, "reference": 8.0}
 
-# benchmarks/RESULTS.md, "2026-12-03 04:57 UTC, one H200: each call timed after one of its own":
-# ozaki.matmul with the int8 engine, accuracy fp64, phi = 0.5; per (M, K, N): the plan's moduli,
-# the seconds of (plan, encode, products, decode), and DGEMM's seconds in the same run.
+# benchmarks/RESULTS.md, "2026-12-03 19:10 UTC, one H200: the cost model on a sweep of sizes": ozaki.matmul
+# with the int8 engine, accuracy fp64, phi = 0.5; per (M, K, N): the plan's moduli, the seconds of (plan,
+# encode, products, decode) each timed between synchronisations, of the whole call, and of DGEMM in the same
+# run: each the mean of the sweep's two runs' medians, but 24576³ (run once) and 4096³ (the first run's
+# first shape ran cold: the call 6.12 ms, its plan 3.38, against 4.33 and 1.70 in the second run).
 H200_RECORD = {
-    (16384, 16384, 16384): (16, 0.01256, 0.00623, 0.10410, 0.00660, 0.17104),
-    (8192, 8192, 8192): (16, 0.00261, 0.00174, 0.01304, 0.00146, 0.02031),
-    (4096, 4096, 4096): (16, 0.00143, 0.00073, 0.00200, 0.00047, 0.00235),
-    (65536, 4096, 256): (16, 0.00285, 0.00287, 0.00246, 0.00058, 0.00252),
-    (4096, 65536, 4096): (16, 0.00674, 0.00582, 0.02488, 0.00067, 0.04297),
+    (4096, 4096, 4096): (16, 0.00170, 0.00055, 0.00206, 0.00041, 0.00433, 0.00230),
+    (5120, 5120, 5120): (16, 0.00189, 0.00078, 0.00365, 0.00062, 0.00611, 0.00454),
+    (6144, 6144, 6144): (16, 0.00218, 0.00108, 0.00578, 0.00084, 0.00922, 0.00803),
+    (7168, 7168, 7168): (16, 0.00263, 0.00141, 0.00861, 0.00106, 0.01290, 0.01305),
+    (8192, 8192, 8192): (16, 0.00278, 0.00152, 0.01242, 0.00131, 0.01736, 0.01992),
+    (10240, 10240, 10240): (16, 0.00468, 0.00258, 0.02587, 0.00221, 0.03274, 0.03970),
+    (12288, 12288, 12288): (16, 0.00647, 0.00346, 0.04368, 0.00294, 0.05692, 0.06773),
+    (16384, 16384, 16384): (16, 0.01304, 0.00605, 0.1066, 0.00546, 0.1296, 0.1659),
+    (24576, 24576, 24576): (16, 0.03399, 0.01160, 0.3369, 0.01081, 0.3956, 0.5851),
+    (65536, 4096, 256): (16, 0.00280, 0.00251, 0.00238, 0.00042, 0.00744, 0.00247),
+    (4096, 65536, 4096): (16, 0.00624, 0.00560, 0.02501, 0.00060, 0.03713, 0.04277),
 }
-# DGEMM's best rate in that run (4096³; 51.4 TFLOP/s at 16384³).
-_RECORD_DGEMM = 58.51e12
 
 
 class _RecordedRun(NamedTuple):
@@ -102,6 +108,7 @@ class _RecordedRun(NamedTuple):
     encode: float
     products: float
     decode: float
+    call: float
     dgemm: float
 
 
@@ -110,7 +117,8 @@ class Profile:
     """What one device reaches: rates in operations per second, ``bandwidth`` in bytes per
     second for plain traffic, the plan's, encode's and decode's efficiency on their traffic
     relative to it, and each stage's fixed cost per emulated call in seconds (launches, host
-    reads, the tuner's cache lookup), by stage name."""
+    reads, the tuner's cache lookup), by stage name, with the call's "overlap"
+    (:class:`Prediction`)."""
 
     name: str
     fp64: float
@@ -125,16 +133,20 @@ class Profile:
 
 @dataclass(frozen=True)
 class Prediction:
-    """Predicted seconds per stage of one emulated product."""
+    """Predicted seconds per stage of one emulated product, each as timed between synchronisations,
+    and ``overlap``, what a whole call takes less than its stages timed so (the host's latency at
+    each stage boundary, which a call hides behind the device's work)."""
 
     plan: float
     encode: float
     products: float
     decode: float
+    overlap: float = 0.0
 
     @property
     def total(self) -> float:
-        return self.plan + self.encode + self.products + self.decode
+        """The whole call."""
+        return self.plan + self.encode + self.products + self.decode - self.overlap
 
 
 @dataclass(frozen=True)
@@ -149,7 +161,8 @@ class Verdict:
     def __str__(self) -> str:
         e = self.emulated
         return (f"predicted emulation {e.total:.3g} s (plan {e.plan:.3g}, encode {e.encode:.3g}, products "
-                f"{e.products:.3g}, decode {e.decode:.3g}) {'>' if self.native else '<='} {EMULATION_MARGIN} x "
+                f"{e.products:.3g}, decode {e.decode:.3g}, less {e.overlap:.3g} overlapped) "
+                f"{'>' if self.native else '<='} {EMULATION_MARGIN} x "
                 f"DGEMM {self.dgemm:.3g} s on {self.profile}")
 
 
@@ -191,6 +204,7 @@ def predict(profile: Profile, m: int, k: int, n: int, *, digits: str, planes: in
         + fixed.get("encode", 0.0),
         products=planes * 2 * m * n * k / rate + moduli * m * n * RESIDUE_BYTES / bandwidth + fixed.get("products", 0.0),
         decode=_decode_traffic(m, n, moduli) / (bandwidth * profile.decode_efficiency) + fixed.get("decode", 0.0),
+        overlap=fixed.get("overlap", 0.0),
     )
 
 
@@ -198,10 +212,12 @@ def dgemm_seconds(profile: Profile, m: int, k: int, n: int) -> float:
     return 2 * m * n * k / profile.fp64
 
 
-# The emulation is chosen where it is predicted this much faster than DGEMM or more: the
-# predictions land within a fifth of the record, so a closer call could go either way, and
-# engine="auto" should never be the slower of the two by more than a few percent.
-EMULATION_MARGIN = 0.9
+# The emulation is chosen where it is predicted this much faster than DGEMM or more.  On the
+# record the predicted ratio of the two times errs toward the emulation by at most 4% from
+# 7168³ up, where they cross (7168³ ran 0.96× and 1.07× DGEMM in the sweep's two runs), and
+# machines differ by a few percent more (benchmarks/RESULTS.md): a closer call could go either
+# way, and engine="auto" should never be the slower of the two by more than a few percent.
+EMULATION_MARGIN = 0.95
 
 
 def verdict(profile: Profile, m: int, k: int, n: int, *, digits: str, planes: int, moduli: int) -> Verdict | None:
@@ -280,27 +296,34 @@ def workspace_bytes(m: int, k: int, n: int, *, digits: str, planes: int, moduli:
                      for fixed, per_row in _phases(k, n, digits=digits, planes=planes, moduli=moduli)))
 
 
-def _h200_fit() -> tuple[float, dict, float, float, float]:
-    """(int8 plane rate, fixed seconds per stage, plan, encode and decode efficiency) from
-    :data:`H200_RECORD`: each stage as a fixed part plus its traffic (for the products, its
-    arithmetic) at one rate, fitted to every recorded call by least squares of the relative
-    error; the plan's traffic is its time less the code GEMM at the products' rate.  The model
-    aims at the measured times (benchmarks/RESULTS.md compares it with each run), neither
-    flattering the emulation nor DGEMM; the tests hold every recorded call to a fifth of its time."""
+def _fitted(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """(speed, fixed) of seconds = fixed + work / speed through the (work, seconds) points, by least
+    squares of the relative error Σ ((fixed + work/speed) / t − 1)²: the normal equations of a
+    linear fit weighted by 1/t²."""
+    sums = [sum(w**i / t**2 for w, t in points) for i in range(3)]
+    targets = [sum(w**i / t for w, t in points) for i in range(2)]
+    determinant = sums[0] * sums[2] - sums[1] ** 2
+    fixed = (targets[0] * sums[2] - targets[1] * sums[1]) / determinant
+    slope = (sums[0] * targets[1] - sums[1] * targets[0]) / determinant
+    return 1 / slope, fixed
+
+
+def _h200_fit() -> tuple[float, float, dict, float, float, float]:
+    """(DGEMM rate, int8 plane rate, fixed seconds per stage and the overlap, plan, encode and decode
+    efficiency) from :data:`H200_RECORD`, each by least squares of the relative error over every
+    recorded call: each stage as a fixed part plus its traffic (for the products, its arithmetic)
+    at one rate, fitted to the stage's times; the plan's traffic is its time less the code GEMM at
+    the products' rate; the overlap, one constant, fitted to the whole calls' times less the
+    stages' predictions; DGEMM, one rate, to its times (cuBLAS runs slower on the larger shapes,
+    held to the power cap: no one shape's rate stands for the rest).  The model aims at the
+    measured times (benchmarks/RESULTS.md compares it with each run), neither flattering the
+    emulation nor DGEMM; the tests hold every recorded call to a fifth of its time."""
     h200 = DEVICES["h200"]
     runs = {shape: _RecordedRun(*entry) for shape, entry in H200_RECORD.items()}
 
     def through(work, seconds) -> tuple[float, float]:
-        # seconds = fixed + work / speed, minimising Σ ((fixed + work/speed) / t − 1)² over the
-        # record (the normal equations of a linear fit weighted by 1/t²): (speed, fixed).
         # Both take (m, k, n) and the recorded run.
-        points = [(work(*shape, run), seconds(*shape, run)) for shape, run in runs.items()]
-        sums = [sum(w**i / t**2 for w, t in points) for i in range(3)]
-        targets = [sum(w**i / t for w, t in points) for i in range(2)]
-        determinant = sums[0] * sums[2] - sums[1] ** 2
-        fixed = (targets[0] * sums[2] - targets[1] * sums[1]) / determinant
-        slope = (sums[0] * targets[1] - sums[1] * targets[0]) / determinant
-        return 1 / slope, fixed
+        return _fitted([(work(*shape, run), seconds(*shape, run)) for shape, run in runs.items()])
 
     rate, products = through(lambda m, k, n, run: run.moduli * 2 * m * k * n,
                              lambda m, k, n, run: run.products - run.moduli * m * n * RESIDUE_BYTES / h200.bandwidth)
@@ -311,18 +334,27 @@ def _h200_fit() -> tuple[float, dict, float, float, float]:
     decode, decode_fixed = through(lambda m, k, n, run: _decode_traffic(m, n, run.moduli),
                                    lambda m, k, n, run: run.decode)
     fixed = {"plan": plan_fixed, "encode": encode_fixed, "products": products, "decode": decode_fixed}
-    return rate, fixed, plan / h200.bandwidth, encode / h200.bandwidth, decode / h200.bandwidth
+    efficiencies = plan / h200.bandwidth, encode / h200.bandwidth, decode / h200.bandwidth
+    stages = Profile("fit", h200.fp64, {"int8": rate}, h200.bandwidth, *efficiencies, fixed, "")
+    # The overlap o minimises Σ ((S − o) / t − 1)² for the stages' predicted sum S and the call's t.
+    calls = [(predict(stages, *shape, digits="int8", planes=run.moduli, moduli=run.moduli).total, run.call)
+             for shape, run in runs.items()]
+    fixed["overlap"] = sum((s / t - 1) / t for s, t in calls) / sum(1 / t**2 for _, t in calls)
+    # DGEMM: seconds = 2MNK / rate, 1/rate minimising Σ (w / (rate·t) − 1)² over the record.
+    dgemm = [(2 * m * k * n / run.dgemm) for (m, k, n), run in runs.items()]
+    dgemm_rate = sum(v**2 for v in dgemm) / sum(dgemm)
+    return dgemm_rate, rate, fixed, *efficiencies
 
 
 @cache
 def _profile(key: str) -> Profile:
     device = DEVICES[key]
     h200 = DEVICES["h200"]
-    rate, fixed, plan, encode, decode = _h200_fit()
+    dgemm_rate, rate, fixed, plan, encode, decode = _h200_fit()
     # The H200's fraction of its datasheet rate, carried to this device's datasheet rates (every
     # digit set at int8's measured fraction: the auto engine runs int8 plans only).
     tensor = rate / h200.rates["int8"]
-    fp64 = _RECORD_DGEMM / h200.fp64
+    fp64 = dgemm_rate / h200.fp64
     calibration = "measured (benchmarks/RESULTS.md)" if key == "h200" else "datasheet × H200's measured efficiencies"
     return Profile(
         name=device.name, fp64=fp64 * device.fp64,

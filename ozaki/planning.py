@@ -8,6 +8,7 @@ out, the frontend asks for once per call, ``ozaki.explain`` returns and the benc
 
 from __future__ import annotations
 
+import bisect
 import functools
 import logging
 import math
@@ -165,17 +166,25 @@ def extents(x: torch.Tensor) -> Extents:
 
 def _plan_moduli(digits: str, min_product: int) -> Moduli | None:
     """The cheapest catalog plan over ``digits`` with capacity above ``min_product``."""
-    return next((moduli for capacity, moduli in _plan_table(catalog.catalog_dir(), digits)
-                 if has_capacity(capacity, min_product)), None)
+    capacities, plans = _plan_frontier(catalog.catalog_dir(), digits)
+    # The first capacity past min_product (has_capacity's strict comparison).
+    index = bisect.bisect_right(capacities, min_product)
+    return plans[index] if index < len(plans) else None
 
 
 @functools.cache
-def _plan_table(folder: Path, digits: str) -> tuple[tuple[int, Moduli], ...]:
-    # Each plan's capacity and moduli, cheapest first, built once per catalog folder: the
-    # planning of one product asks three times, between the device's read and the first
-    # encode, while the device waits (benchmarks/RESULTS.md, the 8192 timelines).
-    return tuple((plan.capacity, Moduli(tuple(m for m, _ in plan.moduli), catalog.encodings_of(plan), digits))
-                 for plan in catalog.plans_for(digits))
+def _plan_frontier(folder: Path, digits: str) -> tuple[tuple[int, ...], tuple[Moduli, ...]]:
+    # The plans, cheapest first, that hold more than every cheaper plan, with their capacities
+    # (increasing): for any need, the first of them past it is the cheapest plan past it.  Built
+    # once per catalog folder: the planning of one product looks up three times, between the
+    # device's read and the first encode, while the device waits (benchmarks/RESULTS.md, the
+    # 8192 timelines).
+    capacities, plans = [], []
+    for plan in catalog.plans_for(digits):
+        if not capacities or plan.capacity > capacities[-1]:
+            capacities.append(plan.capacity)
+            plans.append(Moduli(tuple(m for m, _ in plan.moduli), catalog.encodings_of(plan), digits))
+    return tuple(capacities), tuple(plans)
 
 
 def moduli_for(engine: str, k: int, min_product: int, device: torch.device) -> Moduli:

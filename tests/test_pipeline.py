@@ -44,6 +44,21 @@ def test_bits_do_not_depend_on_the_moduli(phi):
     assert torch.equal(_with_moduli(a, b, large), _with_moduli(a, b, small))
 
 
+@pytest.mark.parametrize("digits", planning.PLAN_ENGINES)
+def test_plan_lookup_is_the_cheapest_plan_past_the_need(digits):
+    # The lookup (a search over the plans no cheaper one outholds) against the plain scan of
+    # the catalog's plans, cheapest first, at and around every plan's capacity.
+    plans = ozaki.catalog.plans_for(digits)
+    needs = sorted({0} | {plan.capacity + step for plan in plans for step in (-1, 0, 1)})
+    for need in needs:
+        want = next((plan for plan in plans if plan.capacity > need), None)
+        got = planning._plan_moduli(digits, need)
+        if want is None:
+            assert got is None
+        else:
+            assert got.moduli == tuple(m for m, _ in want.moduli) and got.engine == digits
+
+
 @pytest.mark.parametrize("k", [1, 100, 20000, 2**40])
 def test_reference_moduli_reach_the_capacity_and_stay_exact(k):
     plan = planning.moduli_for("reference", k, 2**300, torch.device("cpu"))

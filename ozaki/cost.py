@@ -4,6 +4,7 @@
     encode   = (MK + KN)·(8 + planes·plane bytes) / (bandwidth · encode efficiency) + fixed
     products = planes·2MNK / plane-GEMM rate + moduli·MN·residue bytes / bandwidth + fixed
     decode   = MN·(moduli·residue bytes + 8) / (bandwidth · decode efficiency) + fixed
+    call     = plan + encode + products + decode − overlap
     DGEMM    = 2MNK / fp64 rate
 
 The plan is what ``accuracy="fp64"`` reads before any residue exists (``ozaki.accuracy``):
@@ -13,9 +14,11 @@ and one pass over its int32 product.  Encode reads the
 float64 operands and writes one plane value per entry and plane; the products write one
 byte residue per entry and modulus, which the decode reads back before writing the float64
 result.  Each stage's fixed part is what it costs whatever the size (launches, host reads,
-lookups).  The efficiencies and fixed parts are fitted to the H200's recorded run
-(:data:`H200_RECORD`), the rates to what it reached on the arithmetic; other devices take their
-datasheet figures (:data:`DEVICES`) times the H200's efficiencies.  Nothing is timed at call
+lookups); the stages are as timed between synchronisations, and the overlap is what a whole
+call hides of them.  The efficiencies, fixed parts, overlap and DGEMM's rate are fitted to the
+H200's recorded runs (:data:`H200_RECORD`), the plane rate to what they reached on the
+arithmetic; other devices take their datasheet figures (:data:`DEVICES`) times the H200's
+efficiencies.  Nothing is timed at call
 time: the same shape on the same device always gets the same prediction, so a choice made
 from it never changes a result's bits from run to run.
 

@@ -120,7 +120,7 @@ def matmul(a, b, *, accuracy="fp64", engine: str = "auto"):
         overflow threshold may round to ±inf, as DGEMM's may.  With the default
         ``engine="auto"`` on a GPU, the product is computed by native float64 matmul (cuBLAS
         DGEMM) unless the cost model (:mod:`ozaki.cost`, fixed per device and shape, never
-        timed at call time) predicts the emulation at least 10% faster
+        timed at call time) predicts the emulation at least 5% faster
         (``ozaki.cost.EMULATION_MARGIN``); the result then carries DGEMM's
         accuracy and is not bitwise reproducible across devices.  A debug message on the
         ``"ozaki"`` logger says which path ran and why.  Pass ``accuracy="exact"`` or an explicit

@@ -40,7 +40,7 @@ def main() -> None:
     copy = bench(a.clone)
     print(f"copy of A: {copy:.3f} ms = {2 * a.numel() * 8 / copy / 1e9:.2f} TB/s")
     for name, x in (("A", a), ("Bt", a.T)):
-        top = torch.frexp(scaling.row_extents_kernel(x).row_max)[1].to(torch.int64)
+        top = torch.frexp(scaling.row_extents_kernel(x)[0].row_max)[1].to(torch.int64)
         print(f"{name} extents {bench(lambda: scaling.row_extents_kernel(x)):.3f} ms")
         for block, warps in TILES:
             upper = bench(lambda: accuracy.upper_reading_kernel(x, top, 30, block=block, num_warps=warps))

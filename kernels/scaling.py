@@ -35,6 +35,7 @@ each line's bits from its level.  Such line kernels take both sides in one launc
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -127,29 +128,49 @@ def _extents_kernel(
     tl.atomic_min(lowest_ptr + offs_r, tl.min(lowest, axis=0).to(tl.int64), mask=row_mask)
 
 
-def row_extents_kernel(x: torch.Tensor, *, block: tuple[int, int] = EXTENTS_BLOCK, chunks: int | None = None,
-                       num_warps: int = EXTENTS_WARPS) -> Extents:
-    """The :class:`Extents` of x's rows in one pass: x is float64 ``[rows, K]`` with any
-    strides (for B pass Bᵀ, a view: its rows are B's columns, read in place).  ``block``
-    (BLOCK_K, BLOCK_R, powers of two), ``chunks`` (K split over this many programs per block
-    of rows; default: enough to fill the GPU) and ``num_warps`` change the speed, never the
-    result.  Only 2-D: the pipeline's products are (the frontend loops over batches), and
-    flattening a batch of transposed views would copy it."""
-    if not isinstance(x, torch.Tensor) or x.dtype != torch.float64:
-        raise TypeError(f"x must be a float64 tensor, got {getattr(x, 'dtype', type(x).__name__)}")
-    if x.dim() != 2:
-        raise ValueError(f"x has shape {tuple(x.shape)}: expected [rows, K]")
-    rows, k = x.shape
-    launch = chunked_grid(rows, k, block, chunks)
-    largest = torch.zeros(rows, dtype=torch.int64, device=x.device)
-    lowest = torch.full((rows,), NO_SET_BIT, dtype=torch.int64, device=x.device)
-    if launch is not None:
-        grid, k_chunk = launch
-        _extents_kernel[grid](
-            x, largest, lowest, rows, k, x.stride(0), x.stride(1), k_chunk,
-            BLOCK_K=block[0], BLOCK_R=block[1], num_warps=num_warps,
-        )
-    return Extents(row_max=largest.view(torch.float64), lowest_bit=lowest)
+def row_extents_kernel(*xs: torch.Tensor, block: tuple[int, int] = EXTENTS_BLOCK, chunks: int | None = None,
+                       num_warps: int = EXTENTS_WARPS) -> tuple[Extents, ...]:
+    """The :class:`Extents` of each x's rows, one pass (one launch) per x: each x is float64
+    ``[rows, K]`` with any strides (for B pass Bᵀ, a view: its rows are B's columns, read in
+    place), all on one device.  ``block`` (BLOCK_K, BLOCK_R, powers of two), ``chunks`` (K
+    split over this many programs per block of rows; default: enough to fill the GPU) and
+    ``num_warps`` change the speed, never the result.  Only 2-D: the pipeline's products are
+    (the frontend loops over batches), and flattening a batch of transposed views would copy
+    it.  The results of all the xs start from one fill (the identities of their maxima and
+    minima): a call's first launches are made while the device waits for them."""
+    if not xs:
+        raise ValueError("row_extents_kernel takes at least one tensor")
+    launches = []
+    for x in xs:
+        if not isinstance(x, torch.Tensor) or x.dtype != torch.float64:
+            raise TypeError(f"x must be a float64 tensor, got {getattr(x, 'dtype', type(x).__name__)}")
+        if x.dim() != 2:
+            raise ValueError(f"x has shape {tuple(x.shape)}: expected [rows, K]")
+        if x.device != xs[0].device:
+            raise ValueError(f"every x must be on one device, got {xs[0].device} and {x.device}")
+        launches.append(chunked_grid(*x.shape, block, chunks))
+    # Row i of one x: its largest |x| pattern in row 0 of the fill, its lowest set bit in row 1.
+    fill = torch.empty((2, sum(x.shape[0] for x in xs)), dtype=torch.int64, device=xs[0].device)
+    fill.copy_(_identities(fill.device).expand_as(fill))
+    out, start = [], 0
+    for x, launch in zip(xs, launches):
+        rows, k = x.shape
+        largest, lowest = fill[0, start:start + rows], fill[1, start:start + rows]
+        start += rows
+        if launch is not None:
+            grid, k_chunk = launch
+            _extents_kernel[grid](
+                x, largest, lowest, rows, k, x.stride(0), x.stride(1), k_chunk,
+                BLOCK_K=block[0], BLOCK_R=block[1], num_warps=num_warps,
+            )
+        out.append(Extents(row_max=largest.view(torch.float64), lowest_bit=lowest))
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=8)
+def _identities(device: torch.device) -> torch.Tensor:
+    # The fill of the extents: 0 under every largest |x| pattern, NO_SET_BIT over every lowest bit.
+    return torch.tensor([[0], [NO_SET_BIT]], dtype=torch.int64, device=device)
 
 
 # Rows per program of the shifts: one entry per thread of 4 warps.
@@ -272,27 +293,45 @@ def launch_sides(kernel, sides: list[tuple], block: int, *shared, num_warps: int
 
 
 @triton.jit
-def _exact_bits_kernel(max_ptr, lowest_ptr, bits_ptr, rows, BLOCK: tl.constexpr):
+def _line_exact_bits(max_ptr, lowest_ptr, bits_ptr, top_ptr, rows, BLOCK: tl.constexpr):
     offs, mask = line_block(rows, BLOCK)
     row_max = tl.load(max_ptr + offs, mask=mask, other=0.0)
-    top_less_lowest = frexp_exponent(row_max) - tl.load(lowest_ptr + offs, mask=mask, other=0)
-    tl.store(bits_ptr + offs, tl.where(row_max > 0, top_less_lowest, 0), mask=mask)
+    top = frexp_exponent(row_max)
+    tl.store(bits_ptr + offs, tl.where(row_max > 0, top - tl.load(lowest_ptr + offs, mask=mask, other=0), 0),
+             mask=mask)
+    # torch.frexp's exponent: 0 for a zero, an inf or a NaN maximum.
+    finite = row_max.to(tl.int64, bitcast=True) < _INF_PATTERN
+    tl.store(top_ptr + offs, tl.where((row_max > 0) & finite, top, 0), mask=mask)
 
 
-def exact_bits_kernel(extents: Extents) -> torch.Tensor:
-    """``ozaki.scaling.exact_bits_of`` in one launch: per row, int64 top − lowest set bit (0 for
-    an all-zero row), top the frexp exponent of its largest |x|, from its :class:`Extents`
-    (1-D, on one device), where torch takes five launches."""
-    row_max, lowest = extents.row_max, extents.lowest_bit
-    if (row_max.dtype != torch.float64 or lowest.dtype != torch.int64 or row_max.dim() != 1
-            or lowest.shape != row_max.shape or lowest.device != row_max.device):
-        raise ValueError(f"extents must hold a 1-D float64 row_max and an int64 lowest_bit of its shape, got "
-                         f"{row_max.dtype} {tuple(row_max.shape)} and {lowest.dtype} {tuple(lowest.shape)}")
-    bits = torch.empty_like(lowest)
-    if bits.numel():
-        _exact_bits_kernel[(triton.cdiv(bits.numel(), SHIFTS_BLOCK),)](
-            row_max.contiguous(), lowest.contiguous(), bits, bits.numel(), BLOCK=SHIFTS_BLOCK, num_warps=4)
-    return bits
+@triton.jit
+def _exact_bits_kernel(max_ptr, lowest_ptr, bits_ptr, top_ptr, rows, other_max_ptr, other_lowest_ptr, other_bits_ptr,
+                       other_top_ptr, other_rows, BLOCK: tl.constexpr):
+    # The grid's second axis picks the side (launch_sides).
+    if tl.program_id(1) == 0:
+        _line_exact_bits(max_ptr, lowest_ptr, bits_ptr, top_ptr, rows, BLOCK)
+    else:
+        _line_exact_bits(other_max_ptr, other_lowest_ptr, other_bits_ptr, other_top_ptr, other_rows, BLOCK)
+
+
+def exact_bits_kernel(*sides: Extents) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
+    """``ozaki.scaling.exact_bits_of`` of one or two sides (A's rows, Bᵀ's) in one launch,
+    with each row's top: per side (bits, top), both int64, bits = top − lowest set bit (0 for
+    an all-zero row), top the frexp exponent of the row's largest |x| (0 for an all-zero row,
+    as torch.frexp), from the side's :class:`Extents` (1-D, all on one device), where torch
+    takes five launches a side."""
+    outs = []
+    for extents in sides:
+        row_max, lowest = extents.row_max, extents.lowest_bit
+        if (row_max.dtype != torch.float64 or lowest.dtype != torch.int64 or row_max.dim() != 1
+                or lowest.shape != row_max.shape or lowest.device != sides[0].row_max.device):
+            raise ValueError(f"extents must hold a 1-D float64 row_max and an int64 lowest_bit of its shape, on one "
+                             f"device, got {row_max.dtype} {tuple(row_max.shape)} and {lowest.dtype} "
+                             f"{tuple(lowest.shape)}")
+        outs.append((torch.empty_like(lowest), torch.empty_like(lowest)))
+    launch_sides(_exact_bits_kernel, [(e.row_max.contiguous(), e.lowest_bit.contiguous(), bits, top, bits.numel())
+                                      for e, (bits, top) in zip(sides, outs)], SHIFTS_BLOCK)
+    return tuple(outs)
 
 
 def reference_row_shifts(row_max: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:

@@ -279,8 +279,8 @@ def fp64_statistics(a: torch.Tensor, bt: torch.Tensor, extents_a: Extents, exten
 
 
 def fp64_reading(a: torch.Tensor, bt: torch.Tensor, extents_a: Extents, extents_b: Extents,
-                 agreement: Agreement = ONE_DEVICE, *,
-                 kernels: bool = False) -> tuple[torch.Tensor, torch.Tensor, CodeSums]:
+                 agreement: Agreement = ONE_DEVICE, *, kernels: bool = False,
+                 tops: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor, CodeSums]:
     """What "fp64" reads of A (M, K) and Bᵀ (N, K): the bits p_i each row of A and of Bᵀ needs
     for the bound of the module docstring with g = 0 (:data:`UNBOUNDED` where no lower bound
     of |A||B| reaches it; a row keeps min(level + g, lossless width) bits for guard g), and the
@@ -288,7 +288,9 @@ def fp64_reading(a: torch.Tensor, bt: torch.Tensor, extents_a: Extents, extents_
     and left on the device (the planning reads them with its own maxima).  On a mesh,
     ``agreement`` makes each sum over K and each minimum over lines that of the whole
     product.  ``kernels`` runs the passes over the operands and the code product on Triton
-    (``kernels.accuracy``, the same bits)."""
+    (``kernels.accuracy``, the same bits).  ``tops``: each row's top (torch.frexp's exponent of
+    its maximum) of A and of Bᵀ where the caller has them (``kernels.scaling.exact_bits_kernel``
+    makes them with the lossless widths), else computed here."""
     _, k, _ = agreement.whole_shape(a.shape[-2], a.shape[-1], bt.shape[-2])
     if k > UPPER_MAX_K:
         raise ValueError(f"accuracy='fp64' takes K up to {UPPER_MAX_K} (its code sums of squares are int64), got "
@@ -296,7 +298,7 @@ def fp64_reading(a: torch.Tensor, bt: torch.Tensor, extents_a: Extents, extents_
     m, n = a.shape[-2], bt.shape[-2]
     pad_m, pad_k, pad_n = _gemm_shape(m, a.shape[-1], n, a.device)
     levels = min(_SUM_LEVELS, 52 - k.bit_length())
-    top_a, top_b = _tops(extents_a), _tops(extents_b)
+    top_a, top_b = tops or (_tops(extents_a), _tops(extents_b))
     upper_a, upper_b = _upper_reading(a, top_a, levels, kernels), _upper_reading(bt, top_b, levels, kernels)
     if k > MAX_K:
         # Past the K the derivation covers, every row keeps its lossless width.

@@ -28,7 +28,7 @@ from .formats import Encoding
 from .capacity import crt_capacity, has_capacity
 from . import accuracy as fp64_rule
 from .residues import reference_moduli
-from .scaling import Extents, exact_bits_of, fixed_bits_of, row_extents
+from .scaling import Extents, exact_bits_of, row_extents
 
 __all__ = ["ENGINES", "Moduli", "ProductPlan", "moduli_for", "native_verdict", "plan_product", "row_bits"]
 
@@ -130,7 +130,13 @@ def row_bits(x: torch.Tensor, accuracy: Accuracy) -> torch.Tensor:
 
 
 def bits_of(extents: Extents, accuracy: Accuracy) -> torch.Tensor:
-    return exact_bits_of(extents) if accuracy == "exact" else fixed_bits_of(extents, accuracy)
+    return _kept(exact_bits_of(extents), accuracy)
+
+
+def _kept(lossless: torch.Tensor, accuracy: Accuracy) -> torch.Tensor:
+    # "exact" keeps every row's lossless width, a number of bits at most that many
+    # (ozaki.scaling.fixed_bits_of).
+    return lossless if accuracy == "exact" else torch.clamp(lossless, max=accuracy)
 
 
 def _filled(capacity: Callable[[int, int], int], product: int, p: int, q: int, widest_a: int,
@@ -156,12 +162,16 @@ def kernels_available(device: torch.device) -> bool:
     return device.type == "cuda"
 
 
-def extents(x: torch.Tensor) -> Extents:
-    """What stage 1 reads of x's rows (:func:`ozaki.scaling.row_extents`): with Triton in one
-    pass of ``kernels.scaling`` (for Bᵀ, B's columns in place: no transposed copy), the same
-    integers, so the same bits, shifts, p, q and plan.  A device of a mesh may hold no row, which
-    the torch path reads as it is, without a launch."""
-    return scaling_kernels.row_extents_kernel(x) if kernels_available(x.device) and x.numel() else row_extents(x)
+def _extents(a: torch.Tensor, bt: torch.Tensor) -> tuple[Extents, Extents]:
+    """What stage 1 reads of the rows of A and of Bᵀ (:func:`ozaki.scaling.row_extents`): with
+    Triton in one pass of ``kernels.scaling`` each (for Bᵀ, B's columns in place: no transposed
+    copy), the same integers, so the same bits, shifts, p, q and plan.  A device of a mesh may
+    hold no row, which the torch path reads as it is, without a launch."""
+    if not kernels_available(a.device):
+        return row_extents(a), row_extents(bt)
+    read = [x for x in (a, bt) if x.numel()]
+    passes = iter(scaling_kernels.row_extents_kernel(*read) if read else ())
+    return tuple(next(passes) if x.numel() else row_extents(x) for x in (a, bt))
 
 
 def _plan_moduli(digits: str, min_product: int) -> Moduli | None:
@@ -483,14 +493,20 @@ class _Side:
 def _sides(a: torch.Tensor, bt: torch.Tensor, accuracy: Accuracy,
            agreement: Agreement) -> tuple[_Side, _Side, fp64_rule.CodeSums | None]:
     """The two sides of one product and, under "fp64", the code sums of its bound on |A'||B'|."""
-    extents_a, extents_b = agreement.extents(extents(a), extents(bt))
-    lossless_a, lossless_b = exact_bits_of(extents_a), exact_bits_of(extents_b)
+    extents_a, extents_b = agreement.extents(*_extents(a, bt))
+    kernels = kernels_available(a.device)
+    if kernels:
+        # The lossless widths and the tops of both sides in one launch (torch: ten).
+        (lossless_a, top_a), (lossless_b, top_b) = scaling_kernels.exact_bits_kernel(extents_a, extents_b)
+        tops = top_a, top_b
+    else:
+        (lossless_a, lossless_b), tops = (exact_bits_of(extents_a), exact_bits_of(extents_b)), None
     if accuracy != "fp64":
-        return (_Side(extents_a, bits_of(extents_a, accuracy), lossless_a),
-                _Side(extents_b, bits_of(extents_b, accuracy), lossless_b), None)
+        return (_Side(extents_a, _kept(lossless_a, accuracy), lossless_a),
+                _Side(extents_b, _kept(lossless_b, accuracy), lossless_b), None)
     # As extents: the Triton passes on CUDA tensors, the same integers and floats as torch's.
-    level_a, level_b, sums = fp64_rule.fp64_reading(a, bt, extents_a, extents_b, agreement,
-                                                    kernels=kernels_available(a.device))
+    level_a, level_b, sums = fp64_rule.fp64_reading(a, bt, extents_a, extents_b, agreement, kernels=kernels,
+                                                    tops=tops)
     # Each line keeps min(level + FP64_GUARD, lossless) bits, which the summary's launch sets
     # as it reads them (_summary): two launches fewer per side.
     return (_Side(extents_a, torch.empty_like(level_a), lossless_a, level_a),

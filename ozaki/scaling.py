@@ -112,7 +112,7 @@ def row_extents(x: torch.Tensor) -> Extents:
 def exact_bits_of(extents: Extents) -> torch.Tensor:
     """:func:`exact_bits` of the rows these are the extents of."""
     if extents.row_max.is_cuda and extents.row_max.dim() == 1:
-        return exact_bits_kernel(extents)  # one launch of the same operations (kernels.scaling)
+        return exact_bits_kernel(extents)[0][0]  # one launch of the same operations (kernels.scaling)
     return torch.where(extents.has_nonzero, _top(extents.row_max) - extents.lowest_bit, 0)
 
 

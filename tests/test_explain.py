@@ -72,7 +72,7 @@ def test_plan_engine_past_every_plan_explains_its_bands(no_product):
 
 def test_native_path_on_a_profiled_device_reads_no_data(monkeypatch, no_product):
     monkeypatch.setattr(planning, "_cost_profile", lambda device: H200)
-    monkeypatch.setattr(planning, "extents", lambda x: pytest.fail("the shape alone decides: no data is read"))
+    monkeypatch.setattr(planning, "_extents", lambda a, bt: pytest.fail("the shape alone decides: no data is read"))
     a = torch.zeros((4096, 4096), dtype=torch.float64)
     plan = ozaki.explain(a, a)
     assert (plan.path, plan.moduli, plan.bits_a) == ("native", None, None)

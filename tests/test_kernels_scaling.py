@@ -94,10 +94,22 @@ CONFIGS = {"default": {}, "one-chunk": {"chunks": 1}, "small-tiles": {"block": (
 def test_kernel_equals_the_torch_extents(kind, shape, layout):
     rng = np.random.default_rng(zlib.crc32(f"{kind}-{shape}-{layout}".encode()))
     x = _layout(_family(rng, shape, kind), layout)
-    got, want = row_extents_kernel(x), reference_row_extents(x)
+    (got,), want = row_extents_kernel(x), reference_row_extents(x)
     assert _same(got, want)
     assert _same(got, row_extents(x.contiguous()))
     assert torch.equal(exact_bits_of(got), exact_bits_of(want))
+
+
+def test_the_extents_of_several_inputs_are_each_ones():
+    # A's rows and Bᵀ's (a view, B's columns) of other counts, and an empty one, in one call:
+    # one fill under all of them, so each must end with its own rows' extents only.
+    rng = np.random.default_rng(7)
+    a = _layout(np.concatenate([_family(rng, (5, 33), kind) for kind in FAMILIES]), "rows")
+    bt = _layout(np.concatenate([_family(rng, (3, 33), kind) for kind in FAMILIES]), "columns")
+    empty = torch.zeros((0, 33), dtype=torch.float64, device=DEVICE)
+    got = row_extents_kernel(a, empty, bt)
+    assert len(got) == 3 and got[1].row_max.numel() == 0
+    assert _same(got[0], reference_row_extents(a)) and _same(got[2], reference_row_extents(bt))
 
 
 @pytest.mark.parametrize("config", sorted(CONFIGS))
@@ -107,7 +119,7 @@ def test_any_config_gives_the_same_extents(config, layout):
     rng = np.random.default_rng(zlib.crc32(f"{config}-{layout}".encode()))
     x = np.concatenate([_family(rng, (9, 45), kind) for kind in FAMILIES])
     t = _layout(x, layout)
-    assert _same(row_extents_kernel(t, **CONFIGS[config]), reference_row_extents(t))
+    assert _same(row_extents_kernel(t, **CONFIGS[config])[0], reference_row_extents(t))
 
 
 @settings(max_examples=40, deadline=None)
@@ -116,7 +128,7 @@ def test_kernel_equals_the_torch_extents_on_any_finite_rows(rows, k, data, colum
     values = data.draw(st.lists(st.floats(allow_nan=False, allow_infinity=False), min_size=rows * k,
                                 max_size=rows * k))
     x = _layout(np.array(values).reshape(rows, k), "columns" if columns else "rows")
-    got = row_extents_kernel(x)
+    (got,) = row_extents_kernel(x)
     assert _same(got, reference_row_extents(x))
     assert _same(got, row_extents(x.contiguous()))
 
@@ -137,7 +149,7 @@ _ROWS = [
 def test_extents_follow_their_definition():
     width = max(len(row) for row, _, _ in _ROWS)
     x = torch.tensor([row + [0.0] * (width - len(row)) for row, _, _ in _ROWS], dtype=torch.float64, device=DEVICE)
-    got = row_extents_kernel(x)
+    (got,) = row_extents_kernel(x)
     assert _same(got, reference_row_extents(x))
     assert got.row_max.tolist() == [largest for _, largest, _ in _ROWS]
     assert got.lowest_bit.tolist() == [lowest for _, _, lowest in _ROWS]
@@ -146,7 +158,7 @@ def test_extents_follow_their_definition():
 
 def test_empty_inputs_are_all_zero_rows():
     for shape in ((0, 5), (3, 0)):
-        got = row_extents_kernel(torch.zeros(shape, dtype=torch.float64, device=DEVICE))
+        (got,) = row_extents_kernel(torch.zeros(shape, dtype=torch.float64, device=DEVICE))
         assert got.row_max.tolist() == [0.0] * shape[0] and got.lowest_bit.tolist() == [NO_SET_BIT] * shape[0]
 
 
@@ -163,6 +175,8 @@ def test_empty_inputs_are_all_zero_rows():
         (lambda x: row_extents_kernel(x.expand(2**31, 3)), ValueError, "below 2\\*\\*31"),
         (lambda x: row_extents_kernel(x[:, :1].expand(1, 70000), block=(1, 1), chunks=70000), ValueError,
          "grid limit"),
+        (lambda x: row_extents_kernel(), ValueError, "at least one"),
+        (lambda x: row_extents_kernel(x, x.float()), TypeError, "float64"),
     ],
 )
 def test_bad_calls_raise(call, error, message):
@@ -184,7 +198,7 @@ def test_bits_and_shifts_from_the_kernel_extents(bits):
     rng = np.random.default_rng(bits)
     x = torch.tensor(np.concatenate([_CARRY_ROWS, _family(rng, (6, 3), "spread")]), dtype=torch.float64,
                      device=DEVICE)
-    extents = row_extents_kernel(x)
+    (extents,) = row_extents_kernel(x)
     kept = fixed_bits_of(extents, bits)
     assert torch.equal(kept, planning.row_bits(x, bits))
     assert torch.equal(shifts_of(extents.row_max, kept), row_shifts(x, kept))
@@ -233,11 +247,19 @@ def test_exact_bits_kernel_equals_the_torch_path():
     row_max = torch.tensor(_MAXIMA + [0.0, 0.0], dtype=torch.float64)
     lowest = torch.tensor([-1074, -1074, 0, -60, -2, 1, 0, 0, 0, 900, 971, NO_SET_BIT, -3][:len(_MAXIMA)]
                           + [0] * (len(_MAXIMA) - 13) + [NO_SET_BIT, 5], dtype=torch.int64)
-    extents = kernels.scaling.Extents(row_max, lowest)
-    want = exact_bits_of(extents)  # the torch path, on the CPU
-    got = kernels.scaling.exact_bits_kernel(kernels.scaling.Extents(row_max.to(DEVICE), lowest.to(DEVICE)))
+    want = exact_bits_of(kernels.scaling.Extents(row_max, lowest))  # the torch path, on the CPU
+    want_top = torch.frexp(row_max)[1].to(torch.int64)  # the tops ozaki.accuracy computes in torch
+    # Two sides of different lengths in one launch (the second with an inf and a NaN maximum,
+    # whose tops are torch.frexp's 0 too): each its own bits and tops.
+    other_max = torch.tensor([3.0, float("inf"), float("nan"), 0.0], dtype=torch.float64)
+    other_lowest = torch.tensor([0, 0, 0, NO_SET_BIT], dtype=torch.int64)
+    (got, top), (_, other_top) = kernels.scaling.exact_bits_kernel(
+        kernels.scaling.Extents(row_max.to(DEVICE), lowest.to(DEVICE)),
+        kernels.scaling.Extents(other_max.to(DEVICE), other_lowest.to(DEVICE)))
     assert got.dtype == torch.int64 and torch.equal(got.cpu(), want)
     assert int(got[-1]) == 0 == int(got[-2])  # all-zero rows
+    assert top.dtype == torch.int64 and torch.equal(top.cpu(), want_top)
+    assert other_top.tolist() == [2, 0, 0, 0] == torch.frexp(other_max)[1].tolist()
     with pytest.raises(ValueError, match="lowest_bit"):
         kernels.scaling.exact_bits_kernel(kernels.scaling.Extents(row_max, lowest.int()))
 
@@ -384,7 +406,7 @@ def test_fused_path_keeps_the_torch_stage_one(fused_path, monkeypatch, digits, a
 
     monkeypatch.setattr(pipeline, "_fused_by_row_blocks", recorded)
     read = []
-    monkeypatch.setattr(kernels.scaling, "row_extents_kernel", lambda x: read.append(x) or row_extents_kernel(x))
+    monkeypatch.setattr(kernels.scaling, "row_extents_kernel", lambda *xs: read.extend(xs) or row_extents_kernel(*xs))
     got = fused_path(a, b, engine=digits, accuracy=accuracy)
     # One kernel pass over A, one over B's columns, read in place (Bᵀ is a view: unit row stride).
     assert [tuple(x.shape) for x in read] == [(m, k), (n, k)] and read[1].stride(0) == 1

@@ -96,6 +96,13 @@ _NORMAL_DROP = tl.constexpr(10)
 _NORMAL_HALF = tl.constexpr((1 << 9) - 1)
 # Where the estimate E lies within this of q, Y0 is Y (the kernel's step 2).
 _CERTAIN = tl.constexpr(0.375)
+# z + 1.5 * 2**52 - 1.5 * 2**52 rounds a float64 z with |z| <= 2**51 to an integer (the nearest).
+_RINT = tl.constexpr(1.5 * 2.0**52)
+# The float rounding's error, a fraction of |Y| (_float_round): at most (L - 1) * 2**-104 * |Y|
+# for L limbs, under 2**-98 * |hi| for every L the decode takes.
+_FLOAT_MARGIN = tl.constexpr(2.0**-98)
+_FRACTION_MASK = tl.constexpr((1 << 52) - 1)
+_EXPONENT_FIELD = tl.constexpr(0x7FF)
 
 
 @triton.jit
@@ -277,11 +284,65 @@ def _round(words, exponent):
 
 
 @triton.jit
+def _float_round(limbs, exponent, RADIX: tl.constexpr, INVERSE_RADIX: tl.constexpr, DIGIT_SCALES: tl.constexpr):
+    # Y = sum_l limbs[l] * 2**(b * l), RADIX = 2**b (float64 integers; a certain block, Y0 = Y),
+    # times 2**exponent rounded once in float64 arithmetic alone: the signed result's bits, and
+    # where that rounding is sure (else the block takes the words).  The float pipe issues
+    # these where the words' 64-bit integer steps take two instructions each.
+    #
+    # 1. Digits: each limb under the top carries its nearest multiple of 2**b up, leaving
+    # |d_l| <= 2**(b - 1); every sum stays an integer under 2**53 (_constants), so exact.
+    # Y = sum_l x_l with x_l = d_l * 2**(b * l): a non-zero partial sum from the top,
+    # S_l = sum_{j >= l} x_j, is a multiple of 2**(b * l) at least that in magnitude, and the
+    # digits under it add at most about half of that, so |S_l| <= 2.01 * |Y|.
+    n: tl.constexpr = len(limbs)
+    radix = tl.full((), RADIX, tl.float64)
+    inverse = tl.full((), INVERSE_RADIX, tl.float64)
+    rint = tl.full((), _RINT, tl.float64)
+    digits = ()
+    carry = tl.zeros_like(limbs[0])
+    for l in tl.static_range(n):
+        value = limbs[l] + carry
+        if l < n - 1:
+            carry = (value * inverse + rint) - rint
+            digits += (value - carry * radix,)
+        else:
+            digits += (value,)
+    # 2. hi + lo = Y within 2**-98 * |hi|, |lo| <= ulp(hi) / 2, from the top digit down: each
+    # step adds a digit by Fast2Sum (exact: a non-zero S_(l+1) outweighs x_l), its error to lo
+    # (rounded once: at most 2**-106 * (|hi| + |s|) <= 2**-104 * |Y|), and renormalizes.
+    hi = digits[n - 1] * tl.full((), DIGIT_SCALES[n - 1], tl.float64)
+    lo = tl.zeros_like(hi)
+    for j in tl.static_range(1, n):
+        x = digits[n - 1 - j] * tl.full((), DIGIT_SCALES[n - 1 - j], tl.float64)
+        total = hi + x
+        lo += x - (total - hi)
+        hi = total + lo
+        lo -= hi - total
+    # 3. RN(Y) is hi where Y, within the error of hi + lo, lies inside hi's rounding interval:
+    # half an ulp each way, a quarter toward zero from a power of two.  Y is an integer, so
+    # a non-zero Y has |hi| >= 1 (a normal exponent field); hi = 0 is Y = 0.
+    pattern = hi.to(tl.int64, bitcast=True)
+    field = (pattern >> 52) & _EXPONENT_FIELD
+    ulp = ((field - 52) << 52).to(tl.float64, bitcast=True)
+    toward_zero = (lo != 0) & ((lo < 0) != (hi < 0))
+    power = (pattern & _FRACTION_MASK) == 0
+    reach = tl.where(power & toward_zero, 0.25, 0.5) * ulp - tl.abs(hi) * _FLOAT_MARGIN
+    # The result's exponent field: normal and finite, so hi * 2**exponent is exact and is
+    # RN(Y * 2**exponent).  (|exponent| <= 2**26, _EXPONENT_CLAMP: no wrap.)
+    scaled = field + exponent.to(tl.int64)
+    zero = hi == 0
+    sure = zero | ((tl.abs(lo) < reach) & (scaled >= 1) & (scaled <= 2046))
+    return tl.where(zero, 0, pattern + (exponent.to(tl.int64) << 52)), sure
+
+
+@triton.jit
 def _decode_kernel(
     c_ptr, row_exp_ptr, col_exp_ptr, out_ptr, flag_ptr, cols, col_blocks, stride_cn, stride_cr, stride_cc,
     MODULI: tl.constexpr, WEIGHTS: tl.constexpr, SCALES: tl.constexpr, MODULUS: tl.constexpr, HALF: tl.constexpr,
     NEGATIVE_HALF: tl.constexpr, MODULUS_WORDS: tl.constexpr, MODULUS_PLUS_ONE: tl.constexpr, ONE: tl.constexpr,
-    LIMB: tl.constexpr, EVEN: tl.constexpr, SMALL_MODULI: tl.constexpr,
+    LIMB: tl.constexpr, EVEN: tl.constexpr, SMALL_MODULI: tl.constexpr, FLOAT_ROUND: tl.constexpr,
+    RADIX: tl.constexpr, INVERSE_RADIX: tl.constexpr, DIGIT_SCALES: tl.constexpr,
     EXPONENT_CLAMP: tl.constexpr, BLOCK: tl.constexpr,
 ):
     # One program: BLOCK consecutive columns of one row (no per-entry division).  The tables
@@ -349,11 +410,44 @@ def _decode_kernel(
     # sum of mixed signs stays far below.
     certain = tl.abs(estimate - nearest) <= _CERTAIN
 
-    # 2. Y0 = X' - q * M in (-M, M), as words of two's complement (_words); its sign is the
-    # top word's.
+    # 2. Y0 = X' - q * M in (-M, M), its limbs S_l - q * limb_l(M).
     limbs = ()
     for l in tl.static_range(len(MODULUS)):
         limbs += (sums[l] - nearest * MODULUS[l],)
+    # Flag 2: a residue out of range.  Only flagged entries touch the flag, so a clean launch
+    # pays no reduction or atomic.
+    outside = (above_range >= 0) | (below_range <= 0)
+    if FLOAT_ROUND:
+        # 3. One rounding in float64 (_float_round) where every entry of the block is certain
+        # (Y0 is Y) and sure of its rounding and normal and finite: a block of a product well
+        # inside its capacity, with an entry within 2**-98 of a rounding boundary about once in
+        # 2**40 blocks.  The minima are block-uniform: reductions, no divergence; a block with
+        # an entry that is not certain (products near the capacity, random residues) goes
+        # straight to the words.
+        floating = tl.min(certain.to(tl.int32), axis=0) == 1
+        floated = tl.zeros_like(offs_c).to(tl.int64)
+        if floating:
+            floated, sure = _float_round(limbs, exponent, RADIX, INVERSE_RADIX, DIGIT_SCALES)
+            floating = tl.min(sure.to(tl.int32), axis=0) == 1
+    else:
+        floating = False
+    if floating:
+        code = tl.where(outside, 2, 0)
+        signed = floated
+    else:
+        code, signed = _exact_round(limbs, exponent, certain, outside, LIMB, HALF, NEGATIVE_HALF, MODULUS_WORDS,
+                                    MODULUS_PLUS_ONE, ONE, EVEN)
+    tl.atomic_max(flag_ptr + tl.zeros_like(offs_c), code, mask=mask & (code != 0), sem="relaxed")
+    tl.store(out_ptr + tl.cast(row, tl.int64) * cols + offs_c, signed.to(tl.float64, bitcast=True), mask=mask)
+
+
+@triton.jit
+def _exact_round(limbs, exponent, certain, outside, LIMB: tl.constexpr, HALF: tl.constexpr,
+                 NEGATIVE_HALF: tl.constexpr, MODULUS_WORDS: tl.constexpr, MODULUS_PLUS_ONE: tl.constexpr,
+                 ONE: tl.constexpr, EVEN: tl.constexpr):
+    # Steps 2–3 in words: Y0 as words of two's complement (_words), its sign the top word's;
+    # the flag's code (2: a residue out of range, 1: Y0 = +-M/2 with M even, no representative
+    # in (-M/2, M/2)) and the signed result's bits.
     words = _words(limbs, LIMB, len(HALF))
     # |Y| = -Y0 or Y0, plus M where Y0 was beyond +-G (M - Y0 for Y0 > G, Y0 + M for
     # Y0 < -G), as one sum of words: Y0's bits flipped where Y is negative (-Y0 - 1), plus 1
@@ -378,12 +472,7 @@ def _decode_kernel(
         for j in tl.static_range(len(HALF)):
             addend += (tl.where(beyond, tl.where(negative, MODULUS_PLUS_ONE[j], MODULUS_WORDS[j]),
                                 tl.where(negative, ONE[j], 0)).to(tl.uint64),)
-    # Flag 2: a residue out of range, 1: Y0 = +-M/2 with M even, no representative in
-    # (-M/2, M/2).  Only flagged entries touch the flag, so a clean launch pays no
-    # reduction or atomic.
-    outside = (above_range >= 0) | (below_range <= 0)
     code = tl.where(outside, 2, tl.where(half & EVEN, 1, 0))
-    tl.atomic_max(flag_ptr + tl.zeros_like(offs_c), code, mask=mask & (code != 0), sem="relaxed")
     flip = negative.to(tl.int64) * -1
     flipped = ()
     for j in tl.static_range(len(HALF)):
@@ -396,8 +485,7 @@ def _decode_kernel(
     # for a negative Y that underflows to zero (tests/test_kernels_crt.py, subnormal
     # exponents; the interpreter keeps -0.0): an integer OR leaves no float rule about
     # signed zeros for the compiler to relax.
-    signed = magnitude.to(tl.int64, bitcast=True) | (negative.to(tl.int64) << 63)
-    tl.store(out_ptr + tl.cast(row, tl.int64) * cols + offs_c, signed.to(tl.float64, bitcast=True), mask=mask)
+    return code, magnitude.to(tl.int64, bitcast=True) | (negative.to(tl.int64) << 63)
 
 
 class _Layout(NamedTuple):
@@ -413,6 +501,7 @@ class _Layout(NamedTuple):
     modulus_plus_one: tuple[int, ...]  # M + 1
     one: tuple[int, ...]  # 1
     even: bool  # M is even: Y0 = +-M/2 is flagged
+    float_round: bool  # the float rounding's bounds hold (_float_round)
 
 
 @cache
@@ -473,6 +562,17 @@ def _constants(moduli: tuple[int, ...]) -> _Layout:
         one signed."""
         return tuple((x >> (64 * j)) & ((1 << 64) - 1) if j < n_words - 1 else x >> (64 * j) for j in range(n_words))
 
+    # The float rounding (_float_round) carries each limb's nearest multiple of 2**b into the
+    # next: exact while every limb plus its carry stays at most 2**53 (and the rounding by
+    # 1.5 * 2**52 sees at most 2**51); its digits times 2**(b * l) stay finite; its error,
+    # (L - 1) * 2**-103.99 * |Y|, stays under its margin 2**-98 * |hi| while L <= 32.
+    bound, carry, carries_exact = 2 * spread * ((1 << limb_bits) - 1), 0, True
+    for _ in range(n_limbs):
+        value = bound + carry
+        carries_exact &= value <= FLOAT64_EXACT and value >> limb_bits <= 2**51
+        carry = (value >> limb_bits) + 1
+    float_round = carries_exact and limb_bits * (n_limbs - 1) + 53 <= 1023 and n_limbs <= 32
+
     weights = []
     for m in moduli:
         cofactor = product // m
@@ -488,6 +588,7 @@ def _constants(moduli: tuple[int, ...]) -> _Layout:
         modulus_plus_one=words_of(product + 1),
         one=words_of(1),
         even=product % 2 == 0,
+        float_round=float_round,
     )
 
 
@@ -500,7 +601,11 @@ def _constexprs(moduli: tuple[int, ...], block: int) -> dict[str, object]:
     return dict(MODULI=moduli, WEIGHTS=layout.weights, SCALES=layout.scales, MODULUS=layout.modulus,
                 HALF=layout.half, NEGATIVE_HALF=layout.negative_half, MODULUS_WORDS=layout.modulus_words,
                 MODULUS_PLUS_ONE=layout.modulus_plus_one, ONE=layout.one, LIMB=layout.limb_bits,
-                EVEN=layout.even, SMALL_MODULI=max(moduli) < 2**16, EXPONENT_CLAMP=_EXPONENT_CLAMP, BLOCK=block)
+                EVEN=layout.even, SMALL_MODULI=max(moduli) < 2**16, FLOAT_ROUND=layout.float_round,
+                RADIX=2.0**layout.limb_bits, INVERSE_RADIX=2.0**-layout.limb_bits,
+                DIGIT_SCALES=tuple(2.0 ** (layout.limb_bits * l) for l in range(len(layout.modulus)))
+                if layout.float_round else (),
+                EXPONENT_CLAMP=_EXPONENT_CLAMP, BLOCK=block)
 
 
 def decode_residues(c: torch.Tensor, moduli: Sequence[int], row_exponent: torch.Tensor,

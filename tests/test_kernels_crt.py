@@ -356,6 +356,40 @@ def test_fast_and_general_blocks_decode_alike(moduli):
     assert same_bits(decode_residues(c, mods, *exponents), got)
 
 
+@pytest.mark.parametrize("moduli", sorted(name for name in MODULI if math.prod(MODULI[name]).bit_length() > 120))
+def test_float_rounding_defers_what_it_cannot_be_sure_of(moduli):
+    # Blocks whose entries are all certain and normal round in float64 where each entry's
+    # hi + lo (within 2**-98 of Y) settles RN(Y): long random values do, and every block of
+    # them takes that path; ties and near-ties of values longer than the float sums hold
+    # exactly, in both directions, and values around the lower midpoint under a power of two
+    # must send their block to the words.  Every entry has the reference's bits either way.
+    mods = MODULI[moduli]
+    assert crt._constants(tuple(mods)).float_round
+    rng = random.Random(moduli)
+    top = math.prod(mods).bit_length() - 3  # |Y| < 2**top: well inside M/2, so certain
+    cols = 32
+    easy = [[rng.choice([-1, 1]) * rng.randrange(2 ** (top - 1), 2**top) for _ in range(cols)] for _ in range(2)]
+    ties = []
+    for _ in range(cols // 8):
+        shift = rng.randrange(60, top - 53)
+        core, half = rng.randrange(2**52, 2**53) << shift, 1 << (shift - 1)
+        power = 1 << rng.randrange(110, top)
+        lower = power - (power >> 54)  # the midpoint under a power of two
+        ties += [core + half, core + half + 1, core + half - 1, -(core + half + 1), lower, lower + 1, lower - 1, -lower,
+                 -(lower - 1), -(lower + 1)]
+    # Each tricky value in a block of easy ones (a block is one row here), so that its block
+    # falls back for it alone.
+    grid = easy + [easy[j % 2][: cols - 1] + [value] for j, value in enumerate(ties)]
+    estimates = [[estimate(y, mods)[0] for y in row] for row in grid]
+    assert all(abs(e - math.floor(e + 0.5)) <= crt._CERTAIN.value for row in estimates for e in row)
+    row_exp, col_exp = [rng.randrange(-60, 60) for _ in grid], [rng.randrange(-30, 30) for _ in range(cols)]
+    c, exponents = residues_of(grid, mods, dtype=torch.int32), exponent_tensors(row_exp, col_exp)
+    got = decode_residues(c, mods, *exponents, block=32, num_warps=1)
+    want = reference_decode(c, mods, *exponents)
+    assert same_bits(got, want)
+    assert got.cpu().tolist() == [[exact(y, r + k) for y, k in zip(row, col_exp)] for row, r in zip(grid, row_exp)]
+
+
 def test_empty_grid():
     mods = MODULI["three"]
     c = torch.zeros((3, 0, 4), dtype=torch.int64, device=DEVICE)

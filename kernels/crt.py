@@ -28,10 +28,13 @@ for, 2 * K * (2**p - 1) * (2**q - 1) < M):
 3. One rounding to nearest even of |Y| * 2**e from a 63-bit word normalized from the top
    two words plus a sticky bit, subnormals and overflow included (_round); a block whose
    results are all normal and finite rounds with constant shifts and one exact scaling.
+   Before any word: a block whose entries are all certain sums Y's limbs in float64
+   (_float_round: hi + lo within 2**-98 of Y) and, where every hi is sure to be RN(Y) and
+   every result normal and finite, stores hi * 2**e and builds no word at all.
 
-The decode is bound by the integer pipe (half the lanes of float32's on Hopper): the words'
-64-bit operations are pairs of 32-bit ones.  The two block-wide fast paths are what spares
-most of them (benchmarks/kernels.md, "The decode's fast blocks").
+The words are bound by the integer pipe (half the lanes of float32's on Hopper): their
+64-bit operations are pairs of 32-bit ones.  The block-wide fast paths are what spares most
+of them (benchmarks/kernels.md, "The decode's fast blocks", "The decode's float rounding").
 
 The limb width b is picked per moduli set: the fewest limbs L that the float64 bound on S_l
 admits, then 32 bits where they do, else the widest (int8 sets: 4 limbs of 32 bits for 16

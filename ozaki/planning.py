@@ -496,7 +496,7 @@ def _sides(a: torch.Tensor, bt: torch.Tensor, accuracy: Accuracy,
     extents_a, extents_b = agreement.extents(*_extents(a, bt))
     kernels = kernels_available(a.device)
     if kernels:
-        # The lossless widths and the tops of both sides in one launch (torch: ten).
+        # The lossless widths and the tops of both sides in one launch, where six were.
         (lossless_a, top_a), (lossless_b, top_b) = scaling_kernels.exact_bits_kernel(extents_a, extents_b)
         tops = top_a, top_b
     else:

@@ -38,3 +38,19 @@ settings.register_profile(
 )
 if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
     settings.load_profile("ci")
+
+
+@pytest.fixture
+def cut_catalog(monkeypatch):
+    """``cut_catalog(plans_for)``: for one test, the catalog's plans are ``plans_for(digits)``,
+    for the planning's table of them too (built once per catalog folder and kept, so a cut of
+    ``ozaki.catalog.plans_for`` alone would not reach the choice of moduli)."""
+    import functools
+
+    from ozaki import catalog, planning
+
+    def cut(plans_for):
+        monkeypatch.setattr(catalog, "plans_for", plans_for)
+        monkeypatch.setattr(planning, "_plan_frontier", functools.cache(planning._plan_frontier.__wrapped__))
+
+    return cut

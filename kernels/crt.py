@@ -101,8 +101,8 @@ _NORMAL_HALF = tl.constexpr((1 << 9) - 1)
 _CERTAIN = tl.constexpr(0.375)
 # z + 1.5 * 2**52 - 1.5 * 2**52 rounds a float64 z with |z| <= 2**51 to an integer (the nearest).
 _RINT = tl.constexpr(1.5 * 2.0**52)
-# The float rounding's error, a fraction of |Y| (_float_round): at most (L - 1) * 2**-104 * |Y|
-# for L limbs, under 2**-98 * |hi| for every L the decode takes.
+# The float rounding's error, a fraction of |Y| (_float_round): at most (L - 1) * 2**-103.99 * |Y|
+# for L limbs, under 2**-98 * |hi| for the L <= 32 it is taken for (_constants).
 _FLOAT_MARGIN = tl.constexpr(2.0**-98)
 _FRACTION_MASK = tl.constexpr((1 << 52) - 1)
 _EXPONENT_FIELD = tl.constexpr(0x7FF)

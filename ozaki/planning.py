@@ -166,12 +166,10 @@ def _extents(a: torch.Tensor, bt: torch.Tensor) -> tuple[Extents, Extents]:
     """What stage 1 reads of the rows of A and of Bᵀ (:func:`ozaki.scaling.row_extents`): with
     Triton in one pass of ``kernels.scaling`` each (for Bᵀ, B's columns in place: no transposed
     copy), the same integers, so the same bits, shifts, p, q and plan.  A device of a mesh may
-    hold no row, which the torch path reads as it is, without a launch."""
-    if not kernels_available(a.device):
-        return row_extents(a), row_extents(bt)
-    read = [x for x in (a, bt) if x.numel()]
-    passes = iter(scaling_kernels.row_extents_kernel(*read) if read else ())
-    return tuple(next(passes) if x.numel() else row_extents(x) for x in (a, bt))
+    hold no row: its pass launches nothing."""
+    if kernels_available(a.device):
+        return scaling_kernels.row_extents_kernel(a, bt)
+    return row_extents(a), row_extents(bt)
 
 
 def _plan_moduli(digits: str, min_product: int) -> Moduli | None:

@@ -359,10 +359,10 @@ def test_fast_and_general_blocks_decode_alike(moduli):
 @pytest.mark.parametrize("moduli", sorted(name for name in MODULI if math.prod(MODULI[name]).bit_length() > 120))
 def test_float_rounding_defers_what_it_cannot_be_sure_of(moduli):
     # Blocks whose entries are all certain and normal round in float64 where each entry's
-    # hi + lo (within 2**-98 of Y) settles RN(Y): long random values do, and every block of
-    # them takes that path; ties and near-ties of values longer than the float sums hold
-    # exactly, in both directions, and values around the lower midpoint under a power of two
-    # must send their block to the words.  Every entry has the reference's bits either way.
+    # hi + lo (within 2**-98 of Y) settles RN(Y), as long random values' do; ties and
+    # near-ties of values longer than the float sums hold exactly, in both directions, and
+    # values around the lower midpoint under a power of two must send their block to the
+    # words.  Every entry has the reference's bits either way.
     mods = MODULI[moduli]
     assert crt._constants(tuple(mods)).float_round
     rng = random.Random(moduli)

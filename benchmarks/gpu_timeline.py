@@ -30,7 +30,7 @@ STAGES = ((planning, "_read_rows"), (planning, "_extents"), (accuracy, "fp64_rea
           (accuracy_kernels, "window_tops_kernel"), (accuracy, "_lower_codes"), (accuracy, "_code_product"),
           (accuracy_kernels, "least_quotients_kernel"), (accuracy_kernels, "levels_kernel"), (planning, "_summary"),
           (planning, "_widened"), (planning, "moduli_for"), (planning, "native_verdict"),
-          (pipeline, "_fused_by_row_blocks"),
+          (pipeline, "early_encodes"), (pipeline, "_fused_by_row_blocks"),
           (pipeline, "sides_shifts"), (pipeline, "_plane_config"),
           (residues, "shift_range"), (residues, "encode_planes"), (pipeline, "encoded_modular_matmul"),
           (crt, "decode_residues"), (crt, "raise_for_flag"))

@@ -296,7 +296,8 @@ def _encode_launch(encodings: tuple, side: str, device: torch.device, lowest: in
 
 @lru_cache(maxsize=8)
 def _unwritten_flag(device: torch.device) -> torch.Tensor:
-    # The flag of launches over finite data, which never write it: one per device, never read.
+    # The flag of launches told their data is finite: one per device, never read (a launch over
+    # inf or nan whose planes its caller drops may write it).
     return torch.zeros(1, dtype=torch.int32, device=device)
 
 
@@ -394,8 +395,9 @@ def encode_planes(x: torch.Tensor, shift: torch.Tensor, encodings: Sequence, sid
 
     Each of those checks reads the device: ``span``, a (lowest, highest) that holds every
     entry of ``shift`` (:func:`shift_range` of it, or of the shifts it is a block of), and
-    ``known_finite=True`` where the caller has made x finite, skip them, so that a call queues
-    its work without waiting for the device."""
+    ``known_finite=True`` where the caller has made x finite (or drops the planes of an x that
+    is not: its inf and nan are encoded as 0), skip them, so that a call queues its work
+    without waiting for the device."""
     if not isinstance(x, torch.Tensor) or x.dtype != torch.float64:
         raise TypeError(f"x must be a float64 tensor, got {getattr(x, 'dtype', type(x).__name__)}")
     if x.dim() < 2:

@@ -142,7 +142,7 @@ def matmul(a, b, *, accuracy="fp64", engine: str = "auto"):
         return torch.matmul(a, b)
     ta, tb, squeeze = _operands(a, b, accuracy, engine)
     with stage("plan", ta.device):
-        plan = plan_product(ta, tb, accuracy, engine)
+        plan = plan_product(ta, tb, accuracy, engine, early=pipeline.early_encodes)
     out = pipeline.run(plan)  # on the native path, IEEE semantics for NaN and ±Inf as numpy's matmul
     if plan.nonfinite:
         # The finite terms went through the emulation; NaN/Inf positions are overlaid after.

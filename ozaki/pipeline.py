@@ -24,16 +24,48 @@ from .products import plane_products, residue_products
 from .capacity import crt_capacity
 from .residues import reference_moduli, residues
 from .scaling import Extents, scale_rows, sides_shifts
-from .timing import stage
+from .timing import collecting, stage
 
-__all__ = ["emulated_matmul", "fused_residues", "run"]
+__all__ = ["EarlyPlanes", "early_encodes", "emulated_matmul", "fused_residues", "run"]
 
 log = logging.getLogger("ozaki")
 
 
 def emulated_matmul(a: torch.Tensor, b: torch.Tensor, *, accuracy: Accuracy = "fp64", engine: str = "auto") -> torch.Tensor:
     """a (…, M, K) @ b (…, K, N), float64 with equal batch shapes: planned, then run."""
-    return run(plan_product(a, b, accuracy, engine))
+    return run(plan_product(a, b, accuracy, engine, early=early_encodes))
+
+
+class EarlyPlanes:
+    """B's planes and those of A's first block of rows, encoded with a plan's moduli and shifts
+    (:func:`early_encodes`), for :func:`run` to take once."""
+
+    def __init__(self, moduli: Moduli, rows: int, planes_b: torch.Tensor, planes_a: torch.Tensor):
+        self.moduli, self.rows, self._planes = moduli, rows, (planes_b, planes_a)
+
+    def take(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The planes of B and of the first block, let go here so that the block's memory is
+        reused once its products are done (``cost.workspace_bytes``)."""
+        planes, self._planes = self._planes, None
+        if planes is None:
+            raise RuntimeError("these early planes were taken already")
+        return planes
+
+
+def early_encodes(a: torch.Tensor, bt: torch.Tensor, moduli: Moduli, shift_a: torch.Tensor, shift_b: torch.Tensor,
+                  span: tuple[int, int]) -> EarlyPlanes | None:
+    """What :func:`run` encodes first for A (M, K) and Bᵀ (N, K) with these moduli and shifts
+    (``span`` holds every shift): B's planes and the first block's.  ``ozaki.planning.plan_product``
+    queues them on the last plan of the shape while its read is in flight.  None where the
+    stages are being timed, so that each keeps its own time."""
+    if moduli.encodings is None or collecting():
+        return None
+    (m, k), n = a.shape, bt.shape[0]
+    rows = min(_block_rows(m, k, n, moduli), m)
+    # Tuned before B's planes exist, as run does.
+    _plane_config(moduli.encodings, rows, n, k, a.device)
+    encode = _encoder(moduli.encodings, span)
+    return EarlyPlanes(moduli, rows, encode(bt, shift_b, "b"), encode(a[:rows], shift_a[:rows], "a"))
 
 
 def run(plan: ProductPlan) -> torch.Tensor:
@@ -70,7 +102,7 @@ def _product(plan: ProductPlan, index: int, a: torch.Tensor, bt: torch.Tensor, e
             # 1. Scale: A' = round(diag(2^s) A), B' = round(B diag(2^t)), |A'| ≤ 2^p − 1, |B'| ≤ 2^q − 1.
             shift_a, shift_b = plan.shifts[index] if plan.shifts else sides_shifts(
                 (extents_a.row_max, bits_a, plan.bits_a[0]), (extents_b.row_max, bits_b, plan.bits_b[0]))
-        return _fused_by_row_blocks(a, bt, shift_a, shift_b, moduli, plan.shift_span)
+        return _fused_by_row_blocks(a, bt, shift_a, shift_b, moduli, plan.shift_span, plan.early)
 
     with stage("encode", device):
         # 1. Scale: A' = round(diag(2^s) A), B' = round(B diag(2^t)), |A'| ≤ 2^p − 1, |B'| ≤ 2^q − 1.
@@ -133,11 +165,12 @@ def _banded(a: torch.Tensor, bt: torch.Tensor, bits_a: torch.Tensor, bits_b: tor
 
 
 def _fused_by_row_blocks(a: torch.Tensor, bt: torch.Tensor, shift_a: torch.Tensor, shift_b: torch.Tensor,
-                         plan: Moduli, span: tuple[int, int] | None) -> torch.Tensor:
+                         plan: Moduli, span: tuple[int, int] | None, early: EarlyPlanes | None = None) -> torch.Tensor:
     """Stages 2–5 with Triton, streamed over blocks of ``cost.stream_rows`` rows of A so that
     the workspace stays within ``cost.WORKSPACE_BUDGET`` wherever it can: B's planes are encoded once;
     each block is encoded, multiplied against all of B's planes and decoded into its rows of C.
     ``span`` holds every shift (the plan's ``shift_span``; None: their range is read from the device).
+    ``early``: B's planes and the first block's, encoded already with these moduli and shifts.
 
     The bits are those of one block of all rows.  Entry (i, j) is a function of s_i, t_j, row
     i of A and column j of B alone: the shifts (like p, q and the plan) come from all of A and
@@ -147,22 +180,30 @@ def _fused_by_row_blocks(a: torch.Tensor, bt: torch.Tensor, shift_a: torch.Tenso
     decode rounds each entry from its own residues and exponents."""
     (m, k), n = a.shape, bt.shape[0]
     device, encodings = a.device, plan.encodings
-    rows = cost.stream_rows(m, k, n, digits=plan.engine, planes=plan.planes, moduli=len(plan.moduli))
+    rows = _block_rows(m, k, n, plan)
     # Tuned before B's planes exist: the tuner's first run times operands as large as a block's.
     config = _plane_config(encodings, min(rows, m), n, k, device)
-    with stage("encode", device):
-        # 2. Residues: B'_i = B' mod m_i as each modulus' digit planes, once (Bᵀ read in place).
-        encode = _encoder(encodings, span)
-        planes_b = encode(bt, shift_b, "b")
+    encode = _encoder(encodings, span)
+    if early is not None and early.moduli is plan and early.rows == min(rows, m):
+        # 2. Residues of B and of the first block, queued while the plan's read was in flight.
+        planes_b, first_block = early.take()
+    else:
+        first_block = None
+        with stage("encode", device):
+            # 2. Residues: B'_i = B' mod m_i as each modulus' digit planes, once (Bᵀ read in place).
+            planes_b = encode(bt, shift_b, "b")
     # Queued behind B's encode, so that the device starts on it first.
     row_exponent, col_exponent = -shift_a, -shift_b
     c = torch.empty((m, n), dtype=torch.float64, device=device)
     flag = crt_kernels.new_flag(device)
     for start in range(0, m, rows):
         block = slice(start, start + rows)
-        with stage("encode", device):
-            # 2. Residues: A'_i = A' mod m_i for the block's rows, straight from float64.
-            planes_a = encode(a[block], shift_a[block], "a")
+        if first_block is not None:
+            planes_a, first_block = first_block, None
+        else:
+            with stage("encode", device):
+                # 2. Residues: A'_i = A' mod m_i for the block's rows, straight from float64.
+                planes_a = encode(a[block], shift_a[block], "a")
         with stage("products", device):
             # 3. Products: C'_i = A'_i · B'_i mod m_i, each exact, all moduli in one launch.
             block_residues = encoded_modular_matmul(planes_a, planes_b, encodings, config=config)
@@ -197,10 +238,17 @@ def fused_residues(a: torch.Tensor, bt: torch.Tensor, shift_a: torch.Tensor, shi
         return encoded_modular_matmul(planes_a, planes_b, plan.encodings, config=config)
 
 
+def _block_rows(m: int, k: int, n: int, moduli: Moduli) -> int:
+    """Rows of A per block of the fused path (``cost.stream_rows``)."""
+    return cost.stream_rows(m, k, n, digits=moduli.engine, planes=moduli.planes, moduli=len(moduli.moduli))
+
+
 def _encoder(encodings: tuple[Encoding, ...], span: tuple[int, int] | None):
     """``encode_planes`` for the operands of one product whose shifts lie in ``span`` (None:
     each call reads their range), never reading the device after a launch: the plan's operands
-    are finite (ozaki.planning zeroes NaN and ±inf, which the frontend overlays after)."""
+    are finite (ozaki.planning zeroes NaN and ±inf, which the frontend overlays after).  Those
+    :func:`early_encodes` takes before the read may not be; a plan that finds NaN or ±inf drops
+    their planes (the encode reads such an entry as 0, so it stays in bounds)."""
     return lambda x, shift, side: residue_kernels.encode_planes(x, shift, encodings, side, span=span,
                                                                 known_finite=True)
 

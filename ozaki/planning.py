@@ -111,6 +111,9 @@ class ProductPlan:
     shifts: tuple = field(default=(), repr=False, compare=False)
     # A range holding every row's shift (ozaki.scaling.shifts_of) on the emulated path.
     shift_span: tuple[int, int] | None = field(default=None, repr=False, compare=False)
+    # What plan_product's ``early`` queued on the last plan of this shape while the read was in
+    # flight, where this plan turned out the same (see there); else None.
+    early: object = field(default=None, repr=False, compare=False)
 
     @property
     def products(self) -> int:
@@ -263,9 +266,18 @@ def _zeroed(x: torch.Tensor, nonfinite: int) -> torch.Tensor:
 
 
 def plan_product(a: torch.Tensor, b: torch.Tensor, accuracy: Accuracy = "fp64", engine: str = "auto",
-                 agreement: Agreement = ONE_DEVICE) -> ProductPlan:
+                 agreement: Agreement = ONE_DEVICE, *, early: Callable | None = None) -> ProductPlan:
     """The plan for a (…, M, K) @ b (…, K, N), float64 with equal batch shapes on one device
     (validated by the frontend).  Reads the data only where the shape does not decide.
+
+    ``early(a, bt, moduli, shift_a, shift_b)``: work on the plan's behalf that the device may
+    start while the plan's read is in flight (``ozaki.pipeline.early_encodes``), where the
+    device waits otherwise (benchmarks/RESULTS.md, the 8192 timelines).  Where this device
+    made a plan for this shape and these options before (accuracy "fp64", one product, one
+    device, CUDA), the rows are widened to that plan's P and Q and ``early`` is called with its
+    moduli and the shifts, before the read.  Its result rides on the plan (``early``) only
+    where the read yields the same moduli, P and Q, so the same shifts: the bits are those of
+    a plan made without it.  Otherwise it is dropped, and its work was the only cost.
 
     Where a and b are this device's shards of a product spread over a mesh, ``agreement``
     (:mod:`ozaki.agreement`, :mod:`ozaki.distributed`) makes every statistic the plan reads
@@ -292,12 +304,24 @@ def plan_product(a: torch.Tensor, b: torch.Tensor, accuracy: Accuracy = "fp64", 
     # An operand's NaN and ±inf come to light in the same read as the maxima; the product is
     # then read again from zeroed operands (the rare path pays the passes twice, so that the
     # common one reads the device once here).
+    # Where this shape was planned before, the rows widened to its last plan's P and Q and the
+    # early work on its moduli are queued behind the read (see ``early`` above).
     fa, fb = a, b
-    sides, local, (read_a, read_b) = _read_rows(fa, fb, batch, accuracy, agreement)
+    key = (m, k, n, engine, device)
+    remembered = (early is not None and accuracy == "fp64" and agreement is ONE_DEVICE and batch == 1
+                  and kernels_available(device))
+    guess = _LAST_PLANS.get(key) if remembered else None
+
+    def on_guess(flat_a: torch.Tensor, flat_bt: torch.Tensor, sides: list) -> tuple:
+        widened = _widened(sides, guess.p, guess.q)
+        return widened, early(flat_a, flat_bt, guess.moduli, *widened[1][0], _any_row_span(guess.p, guess.q))
+
+    sides, local, (read_a, read_b), queued = _read_rows(fa, fb, batch, accuracy, agreement,
+                                                        on_guess if guess else None)
     nonfinite = read_a.nonfinite or read_b.nonfinite
     if nonfinite:
         fa, fb = _zeroed(a, local[0]), _zeroed(b, local[1])
-        sides, _, (read_a, read_b) = _read_rows(fa, fb, batch, accuracy, agreement)
+        sides, _, (read_a, read_b), queued = _read_rows(fa, fb, batch, accuracy, agreement)
     p, q = read_a.most_bits, read_b.most_bits
 
     # |A'B'| ≤ K·(2^p − 1)(2^q − 1); the CRT recovers it exactly, sign included, when
@@ -306,7 +330,7 @@ def plan_product(a: torch.Tensor, b: torch.Tensor, accuracy: Accuracy = "fp64", 
     # below it, and every row keeps the bits the int8 plan of its need pays for, whatever
     # the engine, so that every engine keeps the same bits and returns the same result.
     needed = functools.partial(crt_capacity, whole_k)
-    widened, shifts = False, ()
+    widened, shifts, guessed = False, (), False
     if accuracy == "fp64":
         # The largest code sums over every product of the batch and every device's lines.
         magnitude = fp64_rule.MagnitudeBound.from_code_sums(read_a.code_sums, read_b.code_sums,
@@ -317,7 +341,8 @@ def plan_product(a: torch.Tensor, b: torch.Tensor, accuracy: Accuracy = "fp64", 
             # Rows end with at most P bits, and some row has them (P ≤ the widest lossless row):
             # p and q stay the largest bits of any row.
             p, q = _filled(needed, math.prod(filled.moduli), p, q, read_a.widest, read_b.widest)
-            sides, shifts = _widened(sides, p, q)
+            guessed = queued is not None and (guess.p, guess.q) == (p, q)
+            sides, shifts = queued[0] if guessed else _widened(sides, p, q)
             widened = True
     capacity = needed(p, q)
     split = None
@@ -346,17 +371,47 @@ def plan_product(a: torch.Tensor, b: torch.Tensor, accuracy: Accuracy = "fp64", 
         bound = _CORRECTLY_ROUNDED if guard is None else _fp64_bound(guard)
     else:
         bound = _CORRECTLY_ROUNDED if isinstance(accuracy, str) else _fixed_bound(accuracy)
+    if remembered:
+        # A plan early's work cannot start on (native, banded, NaN or ±inf read) leaves none to
+        # guess from: the next call of the shape then queues nothing that would be dropped.
+        if widened and not native and split is None and not nonfinite:
+            _remember(key, _LastPlan(moduli, p, q))
+        else:
+            _LAST_PLANS.pop(key, None)
+    guessed = guessed and guess.moduli is moduli and split is None and not native
     return _logged(ProductPlan(
         **basis, path="native" if native else "emulated", reason=f"plan for rows of p={p}, q={q} bits",
         error_bound=bound, moduli=moduli, bits_a=(fewest_a, p), bits_b=(fewest_b, q), bands=split, predicted=verdict,
         guard=guard, operands=(a, b) if native else (fa, fb), nonfinite=nonfinite and not native,
         rows=tuple((side_a.extents, side_b.extents, side_a.bits, side_b.bits) for side_a, side_b in sides),
-        shifts=shifts, shift_span=span,
+        shifts=shifts, shift_span=span, early=queued[1] if guessed else None,
     ))
 
 
-def _read_rows(a: torch.Tensor, b: torch.Tensor, batch: int, accuracy: Accuracy,
-               agreement: Agreement) -> tuple[list, tuple[bool, bool], tuple[_Reading, _Reading]]:
+@dataclass(frozen=True)
+class _LastPlan:
+    """What plan_product's ``early`` is called with on the next call of a shape: the moduli and
+    the widened P and Q of its last plan (the shifts follow from them and the rows' extents)."""
+
+    moduli: Moduli
+    p: int
+    q: int
+
+
+# The last plan of each product shape and options on each device, the oldest let go first.
+_LAST_PLANS: dict[tuple, _LastPlan] = {}
+_LAST_PLANS_KEPT = 64
+
+
+def _remember(key: tuple, plan: _LastPlan) -> None:
+    _LAST_PLANS.pop(key, None)
+    _LAST_PLANS[key] = plan
+    if len(_LAST_PLANS) > _LAST_PLANS_KEPT:
+        _LAST_PLANS.pop(next(iter(_LAST_PLANS)), None)
+
+
+def _read_rows(a: torch.Tensor, b: torch.Tensor, batch: int, accuracy: Accuracy, agreement: Agreement,
+               while_reading: Callable | None = None) -> tuple[list, tuple[bool, bool], tuple[_Reading, _Reading], object]:
     """Stage 1's reading of every product of the batch and, in one read of the device, each
     side's summary over its lines (kernels.scaling's ``SUMMARY_FIELDS`` and widths: the most
     and the fewest bits, the widest lossless row, the highest and lowest tops, NaN or ±inf,
@@ -370,12 +425,24 @@ def _read_rows(a: torch.Tensor, b: torch.Tensor, batch: int, accuracy: Accuracy,
     local = None
     for side_a, side_b, sums in read:
         local = _summary([(side_a, sums and sums[0::2]), (side_b, sums and sums[1::2])], local)
-    local = local.cpu()
+    if while_reading is not None and local.is_cuda:
+        # The summary's copy goes first, the work queued on the read's behalf behind it, and
+        # only then does the host wait for the copy: the device runs that work meanwhile.
+        host = torch.empty(local.shape, dtype=local.dtype, pin_memory=True)
+        host.copy_(local, non_blocking=True)
+        copied = torch.cuda.Event()
+        copied.record(torch.cuda.current_stream(local.device))
+        queued = while_reading(flat_a[0], flat_bt[0], sides)
+        copied.synchronize()
+        local = host
+    else:
+        queued = None if while_reading is None else while_reading(flat_a[0], flat_bt[0], sides)
+        local = local.cpu()
     agreed = agreement.agree("max", local)
     half, largest = scaling_kernels.SUMMARY_LENGTH, scaling_kernels.SUMMARY_FIELDS.index("largest")
     # Of this device's own summary only whether its operands hold NaN or ±inf (it zeroes them).
     local_nonfinite = tuple(int(local[i * half + largest]) >= _INF_PATTERN for i in range(2))
-    return sides, local_nonfinite, tuple(_Reading.of(agreed[i * half:(i + 1) * half]) for i in range(2))
+    return sides, local_nonfinite, tuple(_Reading.of(agreed[i * half:(i + 1) * half]) for i in range(2)), queued
 
 
 def _summary(sides: list[tuple[_Side, tuple[torch.Tensor, torch.Tensor] | None]],
@@ -527,6 +594,14 @@ def _widened(sides: list[tuple[_Side, _Side]], p: int, q: int) -> tuple[list[tup
                         side_b.with_bits(bits_b.reshape(side_b.bits.shape))))
         shifts.append((shift_a.reshape(side_a.bits.shape), shift_b.reshape(side_b.bits.shape)))
     return widened, tuple(shifts)
+
+
+def _any_row_span(p: int, q: int) -> tuple[int, int]:
+    """A range holding the shift of every row that keeps at most p (A) or q (Bᵀ) bits, read or
+    not: bits − top, less one where rounding carries (ozaki.scaling.row_shifts), 0 for a zero
+    row, with a top (frexp's exponent of the row's maximum) from the least subnormal's, −1073,
+    up to 1025, which kernels.scaling computes for a maximum of inf or NaN."""
+    return -1025 - 1, max(p, q) + 1073
 
 
 def _logged(plan: ProductPlan) -> ProductPlan:

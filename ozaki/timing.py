@@ -8,7 +8,7 @@ import time
 
 import torch
 
-__all__ = ["stage", "stage_times"]
+__all__ = ["collecting", "stage", "stage_times"]
 
 _timing = threading.local()
 
@@ -47,3 +47,8 @@ def _timed(name: str, device: torch.device, times: dict[str, float]):
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         times[name] = times.get(name, 0.0) + time.perf_counter() - start
+
+
+def collecting() -> bool:
+    """Whether :func:`stage_times` collects on this thread."""
+    return getattr(_timing, "times", None) is not None

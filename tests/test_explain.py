@@ -87,7 +87,8 @@ def test_a_shape_sent_to_dgemm_skips_building_the_plan(monkeypatch, caplog):
     if ozaki.explain(a, b).path != "native":
         pytest.skip("this device's cost model emulates at n = 256")
     planned = []
-    monkeypatch.setattr(frontend, "plan_product", lambda *args: planned.append(args) or planning.plan_product(*args))
+    monkeypatch.setattr(frontend, "plan_product",
+                        lambda *args, **kwargs: planned.append(args) or planning.plan_product(*args, **kwargs))
     assert torch.equal(ozaki.matmul(a, b), torch.matmul(a, b)) and not planned
     # Anything else is planned: an explicit engine or accuracy, a batch, a vector, the debug log.
     ozaki.matmul(a, b, engine="reference")

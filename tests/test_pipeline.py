@@ -14,7 +14,7 @@ import kernels.crt
 import ozaki
 import ozaki.catalog
 from exact_reference import round_dyadic as _correctly_rounded
-from ozaki import _bits, cost, planning
+from ozaki import _bits, cost, pipeline, planning
 from ozaki.crt import garner, round_to_float64, signed_limbs
 from ozaki.products import _PRODUCT_LIMIT, _reduce_product, direct_products
 from ozaki.residues import reference_moduli, residues
@@ -353,3 +353,45 @@ def test_batch_invariance_of_the_streamed_path(fused_path, monkeypatch):
     for rows in (slice(0, 1), slice(0, 7), slice(5, 6), slice(20, 33)):
         part = fused_path(a[rows], b, engine="int8", accuracy="exact")
         assert np.array_equal(part.view(np.uint64), full[rows].view(np.uint64))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("guess", ["same plan", "P narrower", "Q narrower", "other moduli", "non-finite operand"])
+def test_work_queued_on_the_last_plan_keeps_the_bits_of_the_plan_made(fused_path, monkeypatch, guess):
+    """A second product of a shape starts on its last plan before the read (the rows widened to
+    its P and Q, B's and the first block's planes): kept where the read gives the same plan,
+    dropped otherwise, the bits in every case those of a plan made without it."""
+    rng = np.random.default_rng(29)
+    a, b = _spread(rng, (20, 40), 0.5), _spread(rng, (40, 12), 0.5)
+    a[3] *= 1e-310  # subnormal entries, and a column near the top of the range: shifts far apart
+    b[:, 4] *= 1e300
+    if guess == "non-finite operand":
+        a[7, 2] = np.nan
+    want = ozaki.matmul(a, b, engine="reference")
+    monkeypatch.setattr(planning, "_LAST_PLANS", {})
+    first = fused_path(np.where(np.isnan(a), 0.0, a), b, engine="int8")
+    (key, last), = planning._LAST_PLANS.items()
+    frontier = planning._plan_frontier(ozaki.catalog.catalog_dir(), "int8")[1]
+    planning._LAST_PLANS[key] = {
+        "P narrower": planning._LastPlan(last.moduli, last.p - 8, last.q),
+        "Q narrower": planning._LastPlan(last.moduli, last.p, last.q - 8),
+        "other moduli": planning._LastPlan(next(m for m in frontier if m is not last.moduli), last.p, last.q),
+    }.get(guess, last)
+    queued, taken = [], []
+    early, take = pipeline.early_encodes, pipeline.EarlyPlanes.take
+
+    def spied_early(a_, bt_, moduli, shift_a, shift_b, span):
+        for shift in (shift_a, shift_b):
+            assert span[0] <= int(shift.min()) and int(shift.max()) <= span[1]
+        queued.append(moduli)
+        return early(a_, bt_, moduli, shift_a, shift_b, span)
+
+    monkeypatch.setattr(pipeline, "early_encodes", spied_early)
+    monkeypatch.setattr(pipeline.EarlyPlanes, "take", lambda self: taken.append(self) or take(self))
+    got = fused_path(a, b, engine="int8")
+    assert len(queued) == 1 and len(taken) == (guess == "same plan")
+    # A plan read with NaN leaves the next call of the shape nothing to start on.
+    assert (key in planning._LAST_PLANS) == (guess != "non-finite operand")
+    if guess != "non-finite operand":
+        assert np.array_equal(first.view(np.uint64), want.view(np.uint64))
+    assert np.array_equal(got.view(np.uint64), want.view(np.uint64))

@@ -274,8 +274,8 @@ def plan_product(a: torch.Tensor, b: torch.Tensor, accuracy: Accuracy = "fp64", 
     start while the plan's read is in flight (``ozaki.pipeline.early_encodes``), where the
     device waits otherwise (benchmarks/RESULTS.md, the 8192 timelines).  Where this device
     made a plan for this shape and these options before (accuracy "fp64", one product, one
-    device, CUDA), the rows are widened to that plan's P and Q and ``early`` is called with its
-    moduli and the shifts, before the read.  Its result rides on the plan (``early``) only
+    device, CUDA), and that plan repeated the one before it or had none before it, the rows are
+    widened to its P and Q and ``early`` is called with its moduli and the shifts, before the read.  Its result rides on the plan (``early``) only
     where the read yields the same moduli, P and Q, so the same shifts: the bits are those of
     a plan made without it.  Otherwise it is dropped, and its work was the only cost.
 
@@ -311,6 +311,7 @@ def plan_product(a: torch.Tensor, b: torch.Tensor, accuracy: Accuracy = "fp64", 
     remembered = (early is not None and accuracy == "fp64" and agreement is ONE_DEVICE and batch == 1
                   and kernels_available(device))
     guess = _LAST_PLANS.get(key) if remembered else None
+    guess = guess if guess is not None and guess.trusted else None
 
     def on_guess(flat_a: torch.Tensor, flat_bt: torch.Tensor, sides: list) -> tuple:
         widened = _widened(sides, guess.p, guess.q)
@@ -375,7 +376,7 @@ def plan_product(a: torch.Tensor, b: torch.Tensor, accuracy: Accuracy = "fp64", 
         # A plan early's work cannot start on (native, banded, NaN or ±inf read) leaves none to
         # guess from: the next call of the shape then queues nothing that would be dropped.
         if widened and not native and split is None and not nonfinite:
-            _remember(key, _LastPlan(moduli, p, q))
+            _remember(key, moduli, p, q)
         else:
             _LAST_PLANS.pop(key, None)
     guessed = guessed and guess.moduli is moduli and split is None and not native
@@ -391,11 +392,15 @@ def plan_product(a: torch.Tensor, b: torch.Tensor, accuracy: Accuracy = "fp64", 
 @dataclass(frozen=True)
 class _LastPlan:
     """What plan_product's ``early`` is called with on the next call of a shape: the moduli and
-    the widened P and Q of its last plan (the shifts follow from them and the rows' extents)."""
+    the widened P and Q of its last plan (the shifts follow from them and the rows' extents).
+    ``trusted``: the plan before it was the same, or there was none; a shape whose plans
+    change (data of alternating spreads) is not guessed for until one repeats, so that its
+    calls do not all pay for dropped work."""
 
     moduli: Moduli
     p: int
     q: int
+    trusted: bool = True
 
 
 # The last plan of each product shape and options on each device, the oldest let go first.
@@ -403,9 +408,9 @@ _LAST_PLANS: dict[tuple, _LastPlan] = {}
 _LAST_PLANS_KEPT = 64
 
 
-def _remember(key: tuple, plan: _LastPlan) -> None:
-    _LAST_PLANS.pop(key, None)
-    _LAST_PLANS[key] = plan
+def _remember(key: tuple, moduli: Moduli, p: int, q: int) -> None:
+    last = _LAST_PLANS.pop(key, None)
+    _LAST_PLANS[key] = _LastPlan(moduli, p, q, last is None or (last.moduli is moduli and (last.p, last.q) == (p, q)))
     if len(_LAST_PLANS) > _LAST_PLANS_KEPT:
         _LAST_PLANS.pop(next(iter(_LAST_PLANS)), None)
 

@@ -188,8 +188,8 @@ def _plan_frontier(folder: Path, digits: str) -> tuple[tuple[int, ...], tuple[Mo
     # The plans, cheapest first, that hold more than every cheaper plan, with their capacities
     # (increasing): for any need, the first of them past it is the cheapest plan past it.  Built
     # once per catalog folder: the planning of one product looks up three times, between the
-    # device's read and the first encode, while the device waits (benchmarks/RESULTS.md, the
-    # 8192 timelines).
+    # device's read and the first encode, while the device waits unless it started on a guessed
+    # plan (plan_product's ``early``; benchmarks/RESULTS.md, the 8192 timelines).
     capacities, plans = [], []
     for plan in catalog.plans_for(digits):
         if not capacities or plan.capacity > capacities[-1]:
@@ -586,8 +586,9 @@ def _sides(a: torch.Tensor, bt: torch.Tensor, accuracy: Accuracy,
 def _widened(sides: list[tuple[_Side, _Side]], p: int, q: int) -> tuple[list[tuple[_Side, _Side]], tuple]:
     """Every row of A keeps min(lossless, ``p``) bits, every row of Bᵀ min(lossless, ``q``); on
     CUDA with their shifts, in one launch per product (kernels.scaling.capped_shifts_kernel),
-    which the pipeline then need not make: the device waits for these launches between the
-    plan's read and the first encode (benchmarks/RESULTS.md, the 8192 timelines)."""
+    which the pipeline then need not make: made after the plan's read, the device waits for
+    them before its first encode, unless they were made before it on a guessed P and Q
+    (plan_product's ``early``; benchmarks/RESULTS.md, the 8192 timelines)."""
     if not kernels_available(sides[0][0].bits.device):
         return [(side_a.widened(p), side_b.widened(q)) for side_a, side_b in sides], ()
     widened, shifts = [], []

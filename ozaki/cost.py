@@ -83,7 +83,7 @@ DEVICES = {
 # reads FP4 two to a byte.
 PLANE_BYTES = {"int8": 1.0, "fp8": 1.0, "fp4": 0.5, "int4": 0.5, "reference": 8.0}
 
-# benchmarks/RESULTS.md, "2026-12-04 14:22–14:31 UTC, one H200 per run: the plan's read overlapped": ozaki.matmul
+# benchmarks/RESULTS.md, "2026-12-04 14:05–14:53 UTC, one H200 per run: the plan's read overlapped": ozaki.matmul
 # with the int8 engine, accuracy fp64, phi = 0.5; per (M, K, N): the plan's moduli, the seconds of (plan,
 # encode, products, decode) each timed between synchronisations, of the whole call, and of DGEMM in the same
 # run: each the mean of the sweep's two runs' medians on one machine, but 4096³'s call (the second run's: the

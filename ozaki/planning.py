@@ -270,14 +270,15 @@ def plan_product(a: torch.Tensor, b: torch.Tensor, accuracy: Accuracy = "fp64", 
     """The plan for a (…, M, K) @ b (…, K, N), float64 with equal batch shapes on one device
     (validated by the frontend).  Reads the data only where the shape does not decide.
 
-    ``early(a, bt, moduli, shift_a, shift_b)``: work on the plan's behalf that the device may
-    start while the plan's read is in flight (``ozaki.pipeline.early_encodes``), where the
+    ``early(a, bt, moduli, shift_a, shift_b, span)``: work on the plan's behalf that the device
+    may start while the plan's read is in flight (``ozaki.pipeline.early_encodes``), where the
     device waits otherwise (benchmarks/RESULTS.md, the 8192 timelines).  Where this device
     made a plan for this shape and these options before (accuracy "fp64", one product, one
-    device, CUDA), and that plan repeated the one before it or had none before it, the rows are
-    widened to its P and Q and ``early`` is called with its moduli and the shifts, before the read.  Its result rides on the plan (``early``) only
-    where the read yields the same moduli, P and Q, so the same shifts: the bits are those of
-    a plan made without it.  Otherwise it is dropped, and its work was the only cost.
+    device, CUDA), and that plan repeated the one before it or had none before it, the rows
+    are widened to its P and Q and ``early`` is called with its moduli, the shifts and a span
+    that holds them, before the read.  Its result rides on the plan (``early``) only where the
+    read yields the same moduli, P and Q, so the same shifts: the bits are those of a plan
+    made without it.  Otherwise it is dropped, and its work was the only cost.
 
     Where a and b are this device's shards of a product spread over a mesh, ``agreement``
     (:mod:`ozaki.agreement`, :mod:`ozaki.distributed`) makes every statistic the plan reads
@@ -416,13 +417,16 @@ def _remember(key: tuple, moduli: Moduli, p: int, q: int) -> None:
 
 
 def _read_rows(a: torch.Tensor, b: torch.Tensor, batch: int, accuracy: Accuracy, agreement: Agreement,
-               while_reading: Callable | None = None) -> tuple[list, tuple[bool, bool], tuple[_Reading, _Reading], object]:
+               while_reading: Callable | None = None
+               ) -> tuple[list, tuple[bool, bool], tuple[_Reading, _Reading], object]:
     """Stage 1's reading of every product of the batch and, in one read of the device, each
     side's summary over its lines (kernels.scaling's ``SUMMARY_FIELDS`` and widths: the most
     and the fewest bits, the widest lossless row, the highest and lowest tops, NaN or ±inf,
     under "fp64" the code sums of the magnitude bound and what the guard needs), the whole
     product's through ``agreement``, and whether this device's A and B hold NaN or ±inf.
-    (Over non-finite operands the rest is meaningless: the caller reads them again, zeroed.)"""
+    (Over non-finite operands the rest is meaningless: the caller reads them again, zeroed.)
+    ``while_reading(a, bt, sides)`` of the first product runs after the summary's copy is
+    queued and before the host waits for it; what it returns comes last (else None)."""
     (m, k), n = a.shape[-2:], b.shape[-1]
     flat_a, flat_bt = a.reshape(batch, m, k), b.reshape(batch, k, n).transpose(-1, -2)
     read = [_sides(flat_a[index], flat_bt[index], accuracy, agreement) for index in range(batch)]

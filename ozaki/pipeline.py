@@ -37,11 +37,12 @@ def emulated_matmul(a: torch.Tensor, b: torch.Tensor, *, accuracy: Accuracy = "f
 
 
 class EarlyPlanes:
-    """B's planes and those of A's first block of rows, encoded with a plan's moduli and shifts
-    (:func:`early_encodes`), for :func:`run` to take once."""
+    """B's planes and those of A's first block of rows (``cost.stream_rows``, as :func:`run`
+    streams them), encoded with a plan's moduli and shifts (:func:`early_encodes`), for
+    :func:`run` to take once."""
 
-    def __init__(self, moduli: Moduli, rows: int, planes_b: torch.Tensor, planes_a: torch.Tensor):
-        self.moduli, self.rows, self._planes = moduli, rows, (planes_b, planes_a)
+    def __init__(self, moduli: Moduli, planes_b: torch.Tensor, planes_a: torch.Tensor):
+        self.moduli, self._planes = moduli, (planes_b, planes_a)
 
     def take(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The planes of B and of the first block, let go here so that the block's memory is
@@ -65,7 +66,7 @@ def early_encodes(a: torch.Tensor, bt: torch.Tensor, moduli: Moduli, shift_a: to
     # Tuned before B's planes exist, as run does.
     _plane_config(moduli.encodings, rows, n, k, a.device)
     encode = _encoder(moduli.encodings, span)
-    return EarlyPlanes(moduli, rows, encode(bt, shift_b, "b"), encode(a[:rows], shift_a[:rows], "a"))
+    return EarlyPlanes(moduli, encode(bt, shift_b, "b"), encode(a[:rows], shift_a[:rows], "a"))
 
 
 def run(plan: ProductPlan) -> torch.Tensor:
@@ -184,7 +185,7 @@ def _fused_by_row_blocks(a: torch.Tensor, bt: torch.Tensor, shift_a: torch.Tenso
     # Tuned before B's planes exist: the tuner's first run times operands as large as a block's.
     config = _plane_config(encodings, min(rows, m), n, k, device)
     encode = _encoder(encodings, span)
-    if early is not None and early.moduli is plan and early.rows == min(rows, m):
+    if early is not None and early.moduli is plan:
         # 2. Residues of B and of the first block, queued while the plan's read was in flight.
         planes_b, first_block = early.take()
     else:

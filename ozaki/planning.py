@@ -20,7 +20,7 @@ from typing import Callable, Union
 import torch
 
 from kernels import scaling as scaling_kernels
-from kernels.float64 import SIGNIFICAND_BITS
+from kernels.float64 import FRACTION_BITS, MAX_EXPONENT, MIN_NORMAL_EXPONENT, SIGNIFICAND_BITS
 
 from . import bands, catalog, cost
 from .agreement import ONE_DEVICE, Agreement
@@ -606,12 +606,19 @@ def _widened(sides: list[tuple[_Side, _Side]], p: int, q: int) -> tuple[list[tup
     return widened, tuple(shifts)
 
 
+# frexp's exponent of a row's maximum as kernels.scaling computes it: from the least
+# subnormal's, 2^-1074 = 2^(−1073 − 1), up to the all-ones exponent field's (inf, NaN),
+# 2047 − 1022 = 1025.
+_LEAST_TOP = MIN_NORMAL_EXPONENT - FRACTION_BITS + 1
+_MOST_TOP = MAX_EXPONENT + 2
+
+
 def _any_row_span(p: int, q: int) -> tuple[int, int]:
-    """A range holding the shift of every row that keeps at most p (A) or q (Bᵀ) bits, read or
+    """The range of the shift of any row that keeps at most p (A) or q (Bᵀ) bits, read or
     not: bits − top, less one where rounding carries (ozaki.scaling.row_shifts), 0 for a zero
-    row, with a top (frexp's exponent of the row's maximum) from the least subnormal's, −1073,
-    up to 1025, which kernels.scaling computes for a maximum of inf or NaN."""
-    return -1025 - 1, max(p, q) + 1073
+    row, with a top in [_LEAST_TOP, _MOST_TOP]; a row that carries is finite, its top at most
+    _MOST_TOP − 1, so the carry does not reach below −_MOST_TOP."""
+    return -_MOST_TOP, max(p, q) - _LEAST_TOP
 
 
 def _logged(plan: ProductPlan) -> ProductPlan:

@@ -243,6 +243,19 @@ def test_capped_shifts_are_the_shifts_of_the_capped_bits(cap):
         capped_shifts_kernel((row_max.to(DEVICE), lossless.to(DEVICE), -1))
 
 
+@pytest.mark.parametrize("cap", [0, 1, 53, 61, 973])
+def test_any_row_span_holds_every_capped_shift(cap):
+    # The span the early encodes take before the plan's read (ozaki.planning._any_row_span)
+    # sizes their table of powers: every row kept at most ``cap`` bits has its shift in it,
+    # whatever its maximum (subnormal, largest finite, inf, NaN, zero) and lossless width.
+    row_max = torch.tensor(_MAXIMA + [math.inf, math.nan], dtype=torch.float64).repeat(6)
+    lossless = torch.tensor([0, 1, 52, 53, 61, 2098], dtype=torch.int64).repeat_interleave(len(_MAXIMA) + 2)
+    (_, shift), = capped_shifts_kernel((row_max.to(DEVICE), lossless.to(DEVICE), cap))
+    lowest, highest = planning._any_row_span(cap, cap)
+    # Both ends are reached: rows of subnormal maxima keeping the cap, inf and NaN rows keeping none.
+    assert (int(shift.min()), int(shift.max())) == (lowest, highest)
+
+
 def test_exact_bits_kernel_equals_the_torch_path():
     row_max = torch.tensor(_MAXIMA + [0.0, 0.0], dtype=torch.float64)
     lowest = torch.tensor([-1074, -1074, 0, -60, -2, 1, 0, 0, 0, 900, 971, NO_SET_BIT, -3][:len(_MAXIMA)]

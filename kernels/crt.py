@@ -79,10 +79,11 @@ HALF_MODULUS_ERROR = (
 )
 
 # Entries per program and warps: every thread holds DECODE_BLOCK / (32 * DECODE_WARPS)
-# whole entries (all their limbs), see the module docstring.  Four per thread were the fastest
-# on the H200 at n = 16384 (benchmarks/kernels.md, "Encode and decode").
-DECODE_BLOCK = 256
-DECODE_WARPS = 2
+# whole entries (all their limbs), see the module docstring.  Four per thread in programs of
+# one warp were the fastest on the H200 at n = 8192 and 16384 (benchmarks/kernels.md, "Tiles
+# and register caps, again"; two warps were, before the float rounding).
+DECODE_BLOCK = 128
+DECODE_WARPS = 1
 # The residue types decode_residues reads (kernels.products.residue_dtype writes the narrowest).
 _RESIDUE_DTYPES = (torch.uint8, torch.int16, torch.int32, torch.int64)
 # Limb widths: 2 * spread * 2**b <= 2**53 (_constants) admits 21 bits for the largest spread

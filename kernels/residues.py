@@ -51,12 +51,15 @@ from kernels.crt import ldexp_factors
 
 __all__ = ["ENCODE_LAUNCHES", "MAX_MODULUS", "MAX_SHIFT", "compile_kernel", "compile_ptx", "encode_planes"]
 
-# Rows x K per program and warps per program, by the input's unit-stride axis ("k": rows of
-# A; "rows": Bᵀ read in place): the kernel is elementwise, so any power-of-two tile is
-# correct; encode_planes takes others (block=, num_warps=) for a sweep on the GPU.  The
-# fastest of nine for each operand on the H200 at n = 16384 (benchmarks/kernels.md, "Float
-# tiles in the encode, float64 sums in the upper pass").
-ENCODE_LAUNCHES = {"k": ((4, 128), 4), "rows": ((8, 128), 4)}
+# Rows x K per program, warps per program and the registers a thread may hold (None: as the
+# compiler likes), by the input's unit-stride axis ("k": rows of A; "rows": Bᵀ read in place):
+# the kernel is elementwise, so any power-of-two tile is correct; encode_planes takes others
+# (block=, num_warps=) for a sweep on the GPU.  The fastest for each operand on the H200 at
+# n = 8192 and 16384 (benchmarks/kernels.md, "Float tiles in the encode, float64 sums in the
+# upper pass" and "Tiles and register caps, again").  Bᵀ's tile, whose planes go through
+# shared memory to leave K-contiguous, takes 98 registers a thread, four programs per SM;
+# capped at 96 (two spill), five fit, and it runs 10% faster.
+ENCODE_LAUNCHES = {"k": ((2, 256), 4, None), "rows": ((8, 128), 4, 96)}
 # The residue step keeps |c| < 2**45 and rounds c/m within 1/(2m) (see _encode_kernel).
 MAX_MODULUS = 2**12
 # Bounds the exponents (int32 in the kernel) and the table of 2**p mod m, whose p reach
@@ -420,7 +423,9 @@ def encode_planes(x: torch.Tensor, shift: torch.Tensor, encodings: Sequence, sid
     if out.numel() == 0:
         return out
     flat = x.reshape(rows, k)  # a view for any 2-D input: Bᵀ is read in place
-    default_block, default_warps = ENCODE_LAUNCHES["k" if flat.stride(1) == 1 else "rows"]
+    default_block, default_warps, max_registers = ENCODE_LAUNCHES["k" if flat.stride(1) == 1 else "rows"]
+    # The register cap was chosen for the default launch: other tiles would spill under it.
+    max_registers = max_registers if block is None and num_warps is None else None
     block, num_warps = block or default_block, num_warps or default_warps
     # The kernel flags a non-finite entry; finite x never writes the flag, nor is it read then.
     flag = _unwritten_flag(x.device) if known_finite else torch.zeros(1, dtype=torch.int32, device=x.device)
@@ -430,6 +435,7 @@ def encode_planes(x: torch.Tensor, shift: torch.Tensor, encodings: Sequence, sid
         rows, k, flat.stride(0), flat.stride(1), tables.table.stride(0), rows * k,
         MODULI=tables.moduli, BASES=tables.bases, COMPUTED=tables.computed, FLOAT_TILES=float_tiles,
         BLOCK_R=block[0], BLOCK_K=block[1], SPLIT_BITS=_SPLIT_BITS, SMALL_POWER=_SMALL_POWER, num_warps=num_warps,
+        maxnreg=max_registers,
     )
     if not known_finite and int(flag):
         raise ValueError("x holds inf or nan: only finite rows can be scaled to integers")
@@ -456,7 +462,7 @@ def compile_kernel(moduli: Sequence[int], capability: int = 90, operand: str = "
     if unit is None:
         raise ValueError(f"operand must be 'a' or 'b', got {operand!r}")
     moduli = tuple(moduli)
-    block, warps = ENCODE_LAUNCHES["k" if operand == "a" else "rows"]
+    block, warps, max_registers = ENCODE_LAUNCHES["k" if operand == "a" else "rows"]
     pointers = {"x_ptr": "*fp64", "shift_ptr": "*i64", "pow_ptr": "*fp64", "plane_start_ptr": "*i32",
                 "table_ptr": "*i8", "out_ptr": "*i8", "flag_ptr": "*i32"}
     constexprs = {"MODULI": moduli, "BASES": tuple(-(m // 2) if computed else 0 for m in moduli),
@@ -466,4 +472,4 @@ def compile_kernel(moduli: Sequence[int], capability: int = 90, operand: str = "
     signature.update({name: "constexpr" for name in constexprs})
     divisible = [*pointers, "rows", "K", other, "stride_plane"]
     return ptx.compile_kernel(_encode_kernel, signature, constexprs, divisible=divisible, capability=capability,
-                              num_warps=warps)
+                              num_warps=warps, maxnreg=max_registers)

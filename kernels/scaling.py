@@ -48,7 +48,7 @@ from kernels import ptx
 from kernels.crt import ldexp_factors
 from kernels.float64 import EXPONENT_BIAS, FRACTION_BITS, MAGNITUDE_MASK, SIGNIFICAND_BITS, ULP_BIAS
 
-__all__ = ["EXTENTS_BLOCK", "EXTENTS_WARPS", "INF_PATTERN", "LINE_CAP", "MAX_GRID_Y", "MAX_WIDTH", "NO_SET_BIT",
+__all__ = ["EXTENTS_LAUNCHES", "INF_PATTERN", "LINE_CAP", "MAX_GRID_Y", "MAX_WIDTH", "NO_SET_BIT",
            "SHIFTS_BLOCK", "SUMMARY_FIELDS", "SUMMARY_LENGTH", "SUMMARY_WIDTHS", "Extents", "SummaryLines",
            "capped_shifts_kernel", "chunked_grid", "compile_ptx", "exact_bits_kernel", "frexp_exponent",
            "launch_sides", "line_block", "line_summary_kernel", "reference_line_summary", "reference_row_extents",
@@ -73,11 +73,11 @@ class Extents:
         return self.row_max > 0
 
 
-# K x rows per tile.  The load's layout puts the input's unit-stride axis fastest (K for A,
-# rows for Bᵀ, whose rows are B's columns), so one tile shape reads both coalesced; 2048
-# entries over 4 warps keep 16 entries and two accumulators per thread in registers.
-EXTENTS_BLOCK = (32, 64)
-EXTENTS_WARPS = 4
+# (K x rows per tile, warps) by the input's unit-stride axis ("k": rows of A; "rows": Bᵀ
+# read in place, whose rows are B's columns).  The load's layout puts that axis fastest, so
+# any tile reads coalesced; these were the fastest of fourteen for each on the H200 at
+# n = 8192 and 16384 (benchmarks/kernels.md, "Tiles and register caps, again").
+EXTENTS_LAUNCHES = {"k": ((32, 64), 4), "rows": ((64, 16), 8)}
 # Enough programs to keep every SM of an H200 (132) streaming: K is split over programs
 # until the grid holds about this many (or each holds one tile of K).
 _TARGET_PROGRAMS = 4096
@@ -128,13 +128,14 @@ def _extents_kernel(
     tl.atomic_min(lowest_ptr + offs_r, tl.min(lowest, axis=0).to(tl.int64), mask=row_mask)
 
 
-def row_extents_kernel(*xs: torch.Tensor, block: tuple[int, int] = EXTENTS_BLOCK, chunks: int | None = None,
-                       num_warps: int = EXTENTS_WARPS) -> tuple[Extents, ...]:
+def row_extents_kernel(*xs: torch.Tensor, block: tuple[int, int] | None = None, chunks: int | None = None,
+                       num_warps: int | None = None) -> tuple[Extents, ...]:
     """The :class:`Extents` of each x's rows, one pass (one launch) per x: each x is float64
     ``[rows, K]`` with any strides (for B pass Bᵀ, a view: its rows are B's columns, read in
     place), all on one device.  ``block`` (BLOCK_K, BLOCK_R, powers of two), ``chunks`` (K
     split over this many programs per block of rows; default: enough to fill the GPU) and
-    ``num_warps`` change the speed, never the result.  Only 2-D: the pipeline's products are
+    ``num_warps`` change the speed, never the result (default: :data:`EXTENTS_LAUNCHES` for
+    each x's unit-stride axis).  Only 2-D: the pipeline's products are
     (the frontend loops over batches), and flattening a batch of transposed views would copy
     it.  The results of all the xs start from one fill (the identities of their maxima and
     minima): a call's first launches are made while the device waits for them."""
@@ -148,12 +149,14 @@ def row_extents_kernel(*xs: torch.Tensor, block: tuple[int, int] = EXTENTS_BLOCK
             raise ValueError(f"x has shape {tuple(x.shape)}: expected [rows, K]")
         if x.device != xs[0].device:
             raise ValueError(f"every x must be on one device, got {xs[0].device} and {x.device}")
-        launches.append(chunked_grid(*x.shape, block, chunks))
+        default_block, default_warps = EXTENTS_LAUNCHES["k" if x.stride(1) == 1 else "rows"]
+        tile = block or default_block
+        launches.append((chunked_grid(*x.shape, tile, chunks), tile, num_warps or default_warps))
     # Row i of one x: its largest |x| pattern in row 0 of the fill, its lowest set bit in row 1.
     fill = torch.empty((2, sum(x.shape[0] for x in xs)), dtype=torch.int64, device=xs[0].device)
     fill.copy_(_identities(fill.device).expand_as(fill))
     out, start = [], 0
-    for x, launch in zip(xs, launches):
+    for x, (launch, tile, warps) in zip(xs, launches):
         rows, k = x.shape
         largest, lowest = fill[0, start:start + rows], fill[1, start:start + rows]
         start += rows
@@ -161,7 +164,7 @@ def row_extents_kernel(*xs: torch.Tensor, block: tuple[int, int] = EXTENTS_BLOCK
             grid, k_chunk = launch
             _extents_kernel[grid](
                 x, largest, lowest, rows, k, x.stride(0), x.stride(1), k_chunk,
-                BLOCK_K=block[0], BLOCK_R=block[1], num_warps=num_warps,
+                BLOCK_K=tile[0], BLOCK_R=tile[1], num_warps=warps,
             )
         out.append(Extents(row_max=largest.view(torch.float64), lowest_bit=lowest))
     return tuple(out)
@@ -543,9 +546,10 @@ def compile_ptx(capability: int = 90, operand: str = "a", aligned: bool = True) 
     if unit is None:
         raise ValueError(f"operand must be 'a' or 'b', got {operand!r}")
     pointers = {"x_ptr": "*fp64", "max_ptr": "*i64", "lowest_ptr": "*i64"}
-    constexprs = {"BLOCK_K": EXTENTS_BLOCK[0], "BLOCK_R": EXTENTS_BLOCK[1], unit: 1}
+    block, warps = EXTENTS_LAUNCHES["k" if operand == "a" else "rows"]
+    constexprs = {"BLOCK_K": block[0], "BLOCK_R": block[1], unit: 1}
     signature = {name: pointers.get(name, "i32") for name in _extents_kernel.arg_names}
     signature.update({name: "constexpr" for name in constexprs})
     divisible = [*pointers, "rows", "K", other, "k_chunk"] if aligned else []
     return ptx.compile_ptx(_extents_kernel, signature, constexprs, divisible=divisible, capability=capability,
-                           num_warps=EXTENTS_WARPS)
+                           num_warps=warps)

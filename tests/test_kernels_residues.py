@@ -225,6 +225,32 @@ def test_tile_and_warps_change_no_bit(block, num_warps):
         assert torch.equal(encode_planes(bt, shift, WIDE, "b", block=block, num_warps=num_warps), want)
 
 
+def test_register_cap_goes_with_the_default_launch_only(monkeypatch):
+    # The cap was chosen for each layout's default tile; other tiles spill under it (the
+    # H200 sweeps in benchmarks/kernels.md), so a launch with a tile of its own goes uncapped.
+    launched = []
+    kernel = kernels.residues._encode_kernel
+
+    class Recorder:
+        def __getitem__(self, grid):
+            def launch(*args, **options):
+                launched.append(options.get("maxnreg"))
+                return kernel[grid](*args, **options)
+            return launch
+
+    monkeypatch.setattr(kernels.residues, "_encode_kernel", Recorder())
+    rng = np.random.default_rng(9)
+    x = rows(rng, (20, 64), "phi")
+    for operand, layout in ((x, "k"), (x.t(), "rows")):
+        shift = row_shifts(operand, exact_bits(operand))
+        want = encode_planes(operand, shift, INT8, "b")
+        assert launched.pop() == kernels.residues.ENCODE_LAUNCHES[layout][2]
+        for options in ({"block": (4, 64)}, {"num_warps": 2}):
+            assert torch.equal(encode_planes(operand, shift, INT8, "b", **options), want)
+            assert launched.pop() is None
+    assert kernels.residues.ENCODE_LAUNCHES["rows"][2] is not None
+
+
 def test_a_given_span_and_finite_operand_change_no_bit():
     # The pipeline reads both shifts' range once and encodes row blocks with it (their own
     # range lies inside), its operands finite: the planes are those of a call that reads both.

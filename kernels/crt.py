@@ -107,6 +107,9 @@ _RINT = tl.constexpr(1.5 * 2.0**52)
 _FLOAT_MARGIN = tl.constexpr(2.0**-98)
 _FRACTION_MASK = tl.constexpr((1 << 52) - 1)
 _EXPONENT_FIELD = tl.constexpr(0x7FF)
+# Rows go on the grid's second and third axes, at most this many on the second (CUDA's limit
+# on each), the column blocks on its first: no program divides its index into row and block.
+_GRID_ROWS = 65535
 
 
 @triton.jit
@@ -342,7 +345,7 @@ def _float_round(limbs, exponent, RADIX: tl.constexpr, INVERSE_RADIX: tl.constex
 
 @triton.jit
 def _decode_kernel(
-    c_ptr, row_exp_ptr, col_exp_ptr, out_ptr, flag_ptr, cols, col_blocks, stride_cn, stride_cr, stride_cc,
+    c_ptr, row_exp_ptr, col_exp_ptr, out_ptr, flag_ptr, rows, cols, stride_cn, stride_cr, stride_cc,
     MODULI: tl.constexpr, WEIGHTS: tl.constexpr, SCALES: tl.constexpr, MODULUS: tl.constexpr, HALF: tl.constexpr,
     NEGATIVE_HALF: tl.constexpr, MODULUS_WORDS: tl.constexpr, MODULUS_PLUS_ONE: tl.constexpr, ONE: tl.constexpr,
     LIMB: tl.constexpr, EVEN: tl.constexpr, SMALL_MODULI: tl.constexpr, FLOAT_ROUND: tl.constexpr,
@@ -351,15 +354,16 @@ def _decode_kernel(
 ):
     # One program: BLOCK consecutive columns of one row (no per-entry division).  The tables
     # are constexprs: they become instruction operands, with no loads and no registers.
-    pid = tl.program_id(0)
-    row = pid // col_blocks
-    offs_c = (pid % col_blocks) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs_c < cols
+    # A program past the last row (in the third axis's last slice) touches no entry.
+    row = tl.program_id(1) + tl.program_id(2) * tl.num_programs(1)
+    live_cols = tl.where(row < rows, cols, 0)
+    offs_c = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs_c < live_cols
     # |Y| < 2**bits(M) with bits(M) <= 2**24 (_constants), so past +-2**26 the result is 0
     # or inf either way: the exponent saturates there, which keeps every later exponent sum
     # inside int32.  The int64 sum wraps; a wrap (both terms of one sign, the sum of the
     # other) saturates by the sign of the terms.
-    row_exp = tl.load(row_exp_ptr + row)
+    row_exp = tl.load(row_exp_ptr + row, mask=row < rows, other=0)
     col_exp = tl.load(col_exp_ptr + offs_c, mask=mask, other=0)
     exponent = row_exp + col_exp
     wrapped = ((row_exp ^ exponent) & (col_exp ^ exponent)) < 0
@@ -441,8 +445,20 @@ def _decode_kernel(
     else:
         code, signed = _exact_round(limbs, exponent, certain, outside, LIMB, HALF, NEGATIVE_HALF, MODULUS_WORDS,
                                     MODULUS_PLUS_ONE, ONE, EVEN)
-    tl.atomic_max(flag_ptr + tl.zeros_like(offs_c), code, mask=mask & (code != 0), sem="relaxed")
-    tl.store(out_ptr + tl.cast(row, tl.int64) * cols + offs_c, signed.to(tl.float64, bitcast=True), mask=mask)
+    # The block's worst code, then one atomic where it is not 0: an atomic over the block's
+    # entries would move them into a layout of one per thread first (through shared memory).
+    worst = tl.max(tl.where(mask, code, 0), axis=0)
+    if worst != 0:
+        tl.atomic_max(flag_ptr, worst, sem="relaxed")
+    # Each thread's four consecutive results go out as two pairs, each a 16-byte store: a store
+    # of the whole block takes Triton's layout for 16-byte vectors, two entries per thread, and
+    # reaches it through shuffles (benchmarks/kernels.md, "The decode's stores and flag").
+    quads = tl.permute(tl.reshape(signed.to(tl.float64, bitcast=True), [BLOCK // 4, 2, 2]), (0, 2, 1))
+    low, high = tl.split(quads)
+    offs_pair = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK // 4)[:, None] * 4 + tl.arange(0, 2)[None, :]
+    out_ptrs = out_ptr + tl.cast(row, tl.int64) * cols + offs_pair
+    tl.store(out_ptrs, low, mask=offs_pair < live_cols)
+    tl.store(out_ptrs + 2, high, mask=offs_pair + 2 < live_cols)
 
 
 @triton.jit
@@ -661,12 +677,11 @@ def decode_residues(c: torch.Tensor, moduli: Sequence[int], row_exponent: torch.
     if collected and (not isinstance(flag, torch.Tensor) or flag.dtype != torch.int32 or flag.shape != (1,)
                       or flag.device != device):
         raise ValueError(f"flag must be an int32 tensor of shape (1,) on {device} (kernels.crt.new_flag)")
-    col_blocks = triton.cdiv(cols, block)
-    grid = (rows * col_blocks,)
+    grid = (triton.cdiv(cols, block), min(rows, _GRID_ROWS), triton.cdiv(rows, _GRID_ROWS))
     flag = flag if collected else new_flag(device)
     _decode_kernel[grid](
         c, row_exponent.contiguous(), col_exponent.contiguous(), out, flag,
-        cols, col_blocks, c.stride(0), c.stride(1), c.stride(2), **constexprs, num_warps=num_warps,
+        rows, cols, c.stride(0), c.stride(1), c.stride(2), **constexprs, num_warps=num_warps,
     )
     if not collected:
         raise_for_flag(flag)
@@ -740,7 +755,7 @@ def compile_kernel(moduli: Sequence[int], capability: int = 90, *, residues: str
     signature["stride_cc"] = "constexpr"
     constexprs["stride_cc"] = 1
     signature.update({name: "constexpr" for name in constexprs})
-    sizes = ["row_exp_ptr", "col_exp_ptr", "cols", "col_blocks", "stride_cn", "stride_cr"]
+    sizes = ["row_exp_ptr", "col_exp_ptr", "rows", "cols", "stride_cn", "stride_cr"]
     divisible = [*pointers, *sizes] if aligned else []
     return ptx.compile_kernel(_decode_kernel, signature, constexprs, divisible=divisible, capability=capability,
                               num_warps=num_warps)

@@ -12,6 +12,7 @@ import re
 import subprocess
 import tempfile
 from collections.abc import Iterable, Mapping
+from typing import NamedTuple
 
 import triton
 from triton import knobs
@@ -20,7 +21,7 @@ from triton.compiler import ASTSource
 from triton.experimental.gluon._runtime import GluonASTSource
 from triton.runtime.interpreter import InterpretedFunction
 
-__all__ = ["compile_kernel", "compile_ptx", "sass_opcodes"]
+__all__ = ["SassInstruction", "compile_kernel", "compile_ptx", "sass_listing", "sass_opcodes"]
 
 
 def compile_kernel(fn, signature: Mapping[str, str], constexprs: Mapping[str, object], *,
@@ -55,15 +56,30 @@ def compile_ptx(fn, signature: Mapping[str, str], constexprs: Mapping[str, objec
                           **options).asm["ptx"]
 
 
-def sass_opcodes(compiled) -> collections.Counter:
-    """The SASS instructions of a compiled kernel (:func:`compile_kernel`) by opcode, counted in
-    its program text (both sides of a branch count; a loop's body once), by the cuobjdump
-    that Triton bundles: what an issue-bound kernel's speed follows."""
+class SassInstruction(NamedTuple):
+    """One instruction of a SASS program (:func:`sass_listing`)."""
+
+    address: int
+    predicated: bool
+    opcode: str  # modifiers dropped
+    operands: str
+
+
+def sass_listing(compiled) -> list[SassInstruction]:
+    """The SASS program of a compiled kernel (:func:`compile_kernel`) in address order, by the
+    cuobjdump that Triton bundles."""
     with tempfile.NamedTemporaryFile(suffix=".cubin") as handle:
         handle.write(compiled.asm["cubin"])
         handle.flush()
         sass = subprocess.run([knobs.nvidia.cuobjdump.path, "-sass", handle.name], capture_output=True, text=True,
                               check=True).stdout
-    # Lines like "/*0090*/  @!P0 DFMA R4, R2, UR4, R4 ;": the opcode, its modifiers dropped.
-    return collections.Counter(match.group(1) for match in re.finditer(
-        r"^\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", sass, re.MULTILINE))
+    # Lines like "/*0090*/  @!P0 DFMA R4, R2, UR4, R4 ;".
+    return [SassInstruction(int(match.group(1), 16), bool(match.group(2)), match.group(3), match.group(4).strip())
+            for match in re.finditer(r"^\s+/\*([0-9a-f]+)\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)[.\w]*([^;\n]*);",
+                                     sass, re.MULTILINE)]
+
+
+def sass_opcodes(compiled) -> collections.Counter:
+    """The SASS instructions of a compiled kernel by opcode, counted in its program text (both
+    sides of a branch count; a loop's body once): what an issue-bound kernel's speed follows."""
+    return collections.Counter(instruction.opcode for instruction in sass_listing(compiled))

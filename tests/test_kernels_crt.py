@@ -397,6 +397,20 @@ def test_empty_grid():
     assert decode_residues(c, mods, row, col).shape == reference_decode(c, mods, row, col).shape == (0, 4)
 
 
+def test_rows_past_the_grids_second_axis(monkeypatch):
+    # Rows beyond the grid's second axis go on its third; the programs past the last row, in
+    # its last slice, write nothing (three rows a slice here, where a launch takes 65535).
+    monkeypatch.setattr(crt, "_GRID_ROWS", 3)
+    mods = MODULI["int8-16"]
+    grid, row_exp, col_exp = grid_case(mods, "moderate", "slices", rows=7)
+    c = residues_of(grid, mods, dtype=torch.uint8)
+    row, col = exponent_tensors(row_exp, col_exp)
+    whole = torch.full((len(grid) + 2, len(grid[0])), 7.0, dtype=torch.float64, device=c.device)
+    decode_residues(c, mods, row, col, out=whole[:-2])
+    assert same_bits(whole[:-2], reference_decode(c, mods, row, col))
+    assert whole[-2:].eq(7.0).all()
+
+
 def test_a_collected_flag_raises_once_read():
     # Row blocks of one product decode into one flag, read after the last: a block's bad
     # residue or half-modulus class raises then, the worst first, as a lone decode would.
@@ -478,9 +492,10 @@ def test_subnormal_results_round_once(length, kept):
 _PTX_SCRIPT = """
 import json, sys
 from kernels.crt import compile_kernel
-compiled = {name: compile_kernel(moduli, residues=residues)
-            for name, (moduli, residues) in json.loads(sys.argv[1]).items()}
-json.dump({name: [kernel.asm["ptx"], kernel.metadata.shared] for name, kernel in compiled.items()},
+from kernels.ptx import sass_opcodes
+compiled = {name: compile_kernel(moduli, residues=residues, aligned=aligned)
+            for name, (moduli, residues, aligned) in json.loads(sys.argv[1]).items()}
+json.dump({name: [kernel.asm["ptx"], kernel.metadata.shared, sass_opcodes(kernel)] for name, kernel in compiled.items()},
           open(sys.argv[2], "w"))
 """
 
@@ -491,16 +506,26 @@ def test_kernel_compiles_for_sm90_with_register_resident_limbs(tmp_path):
     # pick the fast paths, a word per warp (a cross-thread limb axis once made the decode
     # slower than the staged path), no local memory (spills of the limb tuples), nor
     # emulated 64-bit division.  Limbs of 32 bits (int8 sets, uint8 residues as the plane
-    # GEMM writes them), of 39 bits (limbs across words), of 21 bits, one limb.
+    # GEMM writes them), of 39 bits (limbs across words), of 21 bits, one limb.  Compiled as
+    # a launch at n = 16384 specializes it (aligned, vector loads and stores), the int8
+    # decode moves no entry between threads: no shared memory, shuffle or barrier (the
+    # results' stores and the flag's atomic once went through them).
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    shapes = {"int8-20": (MODULI["int8-20"], "i32"), "int8-23": (MODULI["int8-23"], "u8"),
-              "primes-2^30": (BEYOND_STAGED["primes-2^30"], "i64"), "three": (MODULI["three"], "i32")}
+    shapes = {"int8-20": (MODULI["int8-20"], "i32", False), "int8-23": (MODULI["int8-23"], "u8", False),
+              "primes-2^30": (BEYOND_STAGED["primes-2^30"], "i64", False), "three": (MODULI["three"], "i32", False),
+              "int8-16 aligned": (MODULI["int8-16"], "u8", True)}
     done = subprocess.run([sys.executable, "-c", _PTX_SCRIPT, json.dumps(shapes), str(tmp_path / "ptx.json")],
                           env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
-    for name, (ptx, shared) in json.loads((tmp_path / "ptx.json").read_text()).items():
+    compiled = json.loads((tmp_path / "ptx.json").read_text())
+    for name, (ptx, shared, _) in compiled.items():
         assert ".entry _decode_kernel" in ptx, name
         assert shared <= 2 * 4 * crt.DECODE_WARPS, (name, shared)
         for forbidden in (".local", "div.s64", "rem.s64", "div.u64", "rem.u64"):
             assert forbidden not in ptx, (name, forbidden)
+    _, shared, sass = compiled["int8-16 aligned"]
+    if crt.DECODE_WARPS == 1:
+        assert shared == 0
+        assert not {"SHFL", "BAR", "STS", "LDS"} & set(sass), sass
+        assert sass.get("STG", 0) >= 2 and sass.get("REDG", 0) + sass.get("ATOMG", 0) == 1, sass

@@ -207,7 +207,7 @@ def _launch_codes(x: torch.Tensor, scale: torch.Tensor, padded: tuple[int, int],
         _codes_kernel[grid](
             x, scale, codes, *(sums or (None, None, None)), x.shape[0], x.shape[1], padded[0], padded[1],
             x.stride(0), x.stride(1), 0 if codes is None else codes.stride(0), levels, k_chunk,
-            UPPER=sums is not None, BLOCK_K=block[0], BLOCK_R=block[1], num_warps=num_warps,
+            UPPER=sums is not None, BLOCK_K=block[0], BLOCK_R=block[1], num_warps=num_warps, **ptx.LAUNCH_OPTIONS,
         )
 
 
@@ -314,7 +314,7 @@ def least_quotients_kernel(g: torch.Tensor, sums_a: torch.Tensor, offset_a: torc
     least_b = torch.empty((grid[0], n), dtype=torch.float64, device=device)
     _quotients_kernel[grid](
         g, sums_a, offset_a, sums_b, offset_b, least_a, least_b, m, n, g.stride(0), g.stride(1),
-        BLOCK_M=block[0], BLOCK_N=block[1], num_warps=num_warps,
+        BLOCK_M=block[0], BLOCK_N=block[1], num_warps=num_warps, **ptx.LAUNCH_OPTIONS,
     )
     return least_a.amin(dim=0), least_b.amin(dim=0)
 

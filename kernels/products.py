@@ -697,7 +697,7 @@ def _launch(a_op: torch.Tensor, b_op: torch.Tensor, coefficients: tuple[int, ...
         OPERAND=operand, SINGLE_FLUSH=single_flush, RESIDUE_BITS=residue_bits, USE_TMA=config.tma,
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
         IMPRECISE_WINDOW=config.imprecise_window, NUM_PROGRAMS=programs, num_warps=config.num_warps,
-        num_stages=config.num_stages,
+        num_stages=config.num_stages, **ptx.LAUNCH_OPTIONS,
     )
 
 

@@ -435,7 +435,7 @@ def encode_planes(x: torch.Tensor, shift: torch.Tensor, encodings: Sequence, sid
         rows, k, flat.stride(0), flat.stride(1), tables.table.stride(0), rows * k,
         MODULI=tables.moduli, BASES=tables.bases, COMPUTED=tables.computed, FLOAT_TILES=float_tiles,
         BLOCK_R=block[0], BLOCK_K=block[1], SPLIT_BITS=_SPLIT_BITS, SMALL_POWER=_SMALL_POWER, num_warps=num_warps,
-        maxnreg=max_registers,
+        maxnreg=max_registers, **ptx.LAUNCH_OPTIONS,
     )
     if not known_finite and int(flag):
         raise ValueError("x holds inf or nan: only finite rows can be scaled to integers")

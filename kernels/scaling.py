@@ -164,7 +164,7 @@ def row_extents_kernel(*xs: torch.Tensor, block: tuple[int, int] | None = None, 
             grid, k_chunk = launch
             _extents_kernel[grid](
                 x, largest, lowest, rows, k, x.stride(0), x.stride(1), k_chunk,
-                BLOCK_K=tile[0], BLOCK_R=tile[1], num_warps=warps,
+                BLOCK_K=tile[0], BLOCK_R=tile[1], num_warps=warps, **ptx.LAUNCH_OPTIONS,
             )
         out.append(Extents(row_max=largest.view(torch.float64), lowest_bit=lowest))
     return tuple(out)
@@ -292,7 +292,7 @@ def launch_sides(kernel, sides: list[tuple], block: int, *shared, num_warps: int
     lines = max(side[-1] for side in sides)
     if lines:
         kernel[(triton.cdiv(lines, block), len(sides))](*sides[0], *sides[-1], *shared, BLOCK=block,
-                                                       num_warps=num_warps, **constexprs)
+                                                       num_warps=num_warps, **constexprs, **ptx.LAUNCH_OPTIONS)
 
 
 @triton.jit

@@ -25,6 +25,8 @@ import triton
 import triton.language as tl
 from triton.runtime.interpreter import InterpretedFunction
 
+from kernels.ptx import LAUNCH_OPTIONS
+
 __all__ = [
     "TC_SUM_CONFIGS",
     "TC_SUM_DTYPES",
@@ -223,7 +225,7 @@ def _tree_sum(partials):
         constants = _tree_constants(levels, partials.dtype)
         out = torch.empty((rows, groups), dtype=partials.dtype, device=partials.device)
         grid = (groups * triton.cdiv(rows, constants["BLOCK_R"]),)
-        _tree_kernel[grid](partials, out, rows, count, groups, **constants)
+        _tree_kernel[grid](partials, out, rows, count, groups, **constants, **LAUNCH_OPTIONS)
         partials, count, levels_left = out, groups, levels_left - levels
     return partials[:, 0]
 
@@ -268,6 +270,7 @@ def tc_sum(x, *, exact=False, **config):
         **_kernel_constants(config, x.dtype),
         num_warps=config["num_warps"],
         num_stages=config["num_stages"],
+        **LAUNCH_OPTIONS,
     )
     return _tree_sum(partials).reshape(x.shape[:-1])
 

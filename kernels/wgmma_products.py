@@ -201,7 +201,7 @@ def launch(a_src: torch.Tensor, b_src: torch.Tensor, coefficients: torch.Tensor,
         a_desc, b_desc, coefficients, moduli, out, m_rows, n_cols, n_groups * n_batch, n_batch, n_k_blocks,
         *out.stride()[:3], RESIDUE_BITS=residue_bits, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
         BLOCK_K=config.block_k, GROUP_M=config.group_m, NUM_STAGES=config.num_stages, NUM_PROGRAMS=programs,
-        num_warps=config.num_warps,
+        num_warps=config.num_warps, **ptx.LAUNCH_OPTIONS,
     )
 
 

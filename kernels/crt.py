@@ -5,12 +5,13 @@ Per entry, with residues c_i of the exact product Y and its scale 2**e, Y the
 representative in (-M/2, M/2) (M = prod m_i; |Y| < M/2 is the capacity the pipeline asks
 for, 2 * K * (2**p - 1) * (2**q - 1) < M):
 
-1. Linear CRT.  With w_i = (M/m_i) * ((M/m_i)^-1 mod m_i), X' = sum_i c_i * w_i is
-   congruent to Y mod M.  It is never formed: the kernel accumulates its limbs
-   S_l = sum_i c_i * limb_l(w_i) (unnormalized) in float64, then the estimate
+1. Linear CRT.  With w_i' the representative in [-M/2, M/2] of (M/m_i) * ((M/m_i)^-1 mod
+   m_i) mod M, X' = sum_i c_i * w_i' is congruent to Y mod M.  It is never formed: the kernel
+   accumulates its limbs S_l = sum_i c_i * digit_l(w_i') (w_i' in balanced digits of b bits,
+   the sums unnormalized) in float64, then the estimate
    E = sum_l S_l * (2**(b*l) / M) of X' / M from them.  q = round(E) is within
    1/2 + 2**-4 of X' / M (see _constants), so Y0 = X' - q * M, whose limbs are
-   S_l - q * limb_l(M), lies in (-M, M).  N * L + 2 * L multiply-adds per entry and no
+   S_l - q * digit_l(M), lies in (-M, M).  N * L + 2 * L multiply-adds per entry and no
    modular reduction.
 2. Carries settle the limbs of Y0 into [0, 2**b), the top limb signed, in int64 (exact:
    every limb is an integer below 2**53), and constant shifts gather them into 64-bit
@@ -36,15 +37,17 @@ The words are bound by the integer pipe (half the lanes of float32's on Hopper):
 64-bit operations are pairs of 32-bit ones.  The block-wide fast paths are what spares most
 of them (benchmarks/kernels.md, "The decode's fast blocks", "The decode's float rounding").
 
-The limb width b is picked per moduli set: the fewest limbs L that the float64 bound on S_l
-admits, then 32 bits where they do, else the widest (int8 sets: 4 limbs of 32 bits for 16
-moduli, 5 of 39 bits for 23).  The words are as
+The limb width b is picked per moduli set: the fewest limbs L whose exact bounds on the
+partial sums keep them within 2**53, then 32 bits where they do, else the widest (int8 sets:
+3 limbs of 42 bits for 16 moduli, 5 of 42 bits for 23: balanced digits of weights in
+[-M/2, M/2] hold the sums' bounds at half or less of those of digits in [0, 2**b) of weights
+in [0, M), which took 4 limbs of 32 bits for 16 moduli).  The words are as
 many as Y0's two's complement needs: 2 for 16 int8 moduli, 3 for 23.
 
 Per entry the limbs are a tuple of 1-D tensors, so there is no limb axis to pad to a power
 of two or to index by data: every limb is a register, every step a static sequence of
 register operations (the tests check the PTX for the absence of shared memory, shuffles
-and local memory).  The tables (limbs of w_i and of M, words of ±G, M, the scales 2**(b*l) / M)
+and local memory).  The tables (digits of w_i' and of M, words of ±G, M, the scales 2**(b*l) / M)
 are constexprs: they compile into the instructions, with no table loads and no registers
 held for them; each moduli set compiles its own kernel.
 
@@ -57,6 +60,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from fractions import Fraction
 from functools import cache
 from typing import NamedTuple
 
@@ -86,8 +90,8 @@ DECODE_BLOCK = 128
 DECODE_WARPS = 1
 # The residue types decode_residues reads (kernels.products.residue_dtype writes the narrowest).
 _RESIDUE_DTYPES = (torch.uint8, torch.int16, torch.int32, torch.int64)
-# Limb widths: 2 * spread * 2**b <= 2**53 (_constants) admits 21 bits for the largest spread
-# accepted, sum(m - 1) <= 2**31, and at most 51 for any.
+# Limb widths tried (_constants): 21 bits keep the limb sums of the largest spread accepted,
+# sum(m - 1) <= 2**31, within 2**53; 51 is the most any admits.
 _MIN_LIMB_BITS = 21
 _MAX_LIMB_BITS = 51
 # Exponent sums saturate at +-2**26 in the kernel, past every product's bits (at most
@@ -131,7 +135,7 @@ def ldexp_factors(e):
 @triton.jit
 def _words(limbs, LIMB: tl.constexpr, WORDS: tl.constexpr):
     # The two's complement 64-bit words (bottom first) of Y0 = sum_l limb_l * 2**(LIMB * l),
-    # from its limbs (float64 integers, |limb| <= 2 * spread * 2**LIMB <= 2**53: _constants).
+    # from its limbs (float64 integers, |limb| <= 2**53: _constants).
     # Carries settle the limbs below the top into [0, 2**LIMB), the top one keeps the signed
     # rest, all exact in int64; each word then gathers the bits of the limbs it overlaps by
     # constant shifts (the top limb's arithmetic shifts extend the sign), so no two
@@ -418,7 +422,7 @@ def _decode_kernel(
     # sum of mixed signs stays far below.
     certain = tl.abs(estimate - nearest) <= _CERTAIN
 
-    # 2. Y0 = X' - q * M in (-M, M), its limbs S_l - q * limb_l(M).
+    # 2. Y0 = X' - q * M in (-M, M), its limbs S_l - q * digit_l(M).
     limbs = ()
     for l in tl.static_range(len(MODULUS)):
         limbs += (sums[l] - nearest * MODULUS[l],)
@@ -511,9 +515,9 @@ def _exact_round(limbs, exponent, certain, outside, LIMB: tl.constexpr, HALF: tl
 class _Layout(NamedTuple):
     """What a moduli set compiles into the kernel: its constexpr tables."""
     limb_bits: int
-    weights: tuple[tuple[int, ...], ...]  # limbs of w_i = (M/m_i) * ((M/m_i)^-1 mod m_i)
+    weights: tuple[tuple[int, ...], ...]  # digits of w_i' ≡ (M/m_i) * ((M/m_i)^-1 mod m_i) (mod M), |w_i'| <= M/2
     scales: tuple[float, ...]  # 2**(b * l) / M, rounded once
-    modulus: tuple[int, ...]  # limbs of M
+    modulus: tuple[int, ...]  # digits of M
     # Words of 64 bits, bottom first (words_of below): the lower ones unsigned, the top one signed.
     half: tuple[int, ...]  # G = floor(M/2)
     negative_half: tuple[int, ...]  # -G
@@ -522,6 +526,45 @@ class _Layout(NamedTuple):
     one: tuple[int, ...]  # 1
     even: bool  # M is even: Y0 = +-M/2 is flagged
     float_round: bool  # the float rounding's bounds hold (_float_round)
+
+
+def _digits(x: int, limb_bits: int, n_limbs: int) -> tuple[int, ...]:
+    """x = sum_l d_l * 2**(b * l) with the digits below the top balanced, in [-2**(b-1), 2**(b-1)),
+    and the top one the signed rest."""
+    half = 1 << (limb_bits - 1)
+    digits = []
+    for _ in range(n_limbs - 1):
+        digit = ((x + half) & ((1 << limb_bits) - 1)) - half
+        digits.append(digit)
+        x = (x - digit) >> limb_bits
+    return (*digits, x)
+
+
+def _balanced(x: int, modulus: int) -> int:
+    """The representative of x mod ``modulus`` in (-modulus/2, modulus/2]."""
+    x %= modulus
+    return x - modulus if 2 * x > modulus else x
+
+
+class _LimbBounds(NamedTuple):
+    """Bounds of one limb width's arithmetic (_constants): all exact integers."""
+    sums: tuple[int, ...]  # of every partial sum of S_l
+    limbs: tuple[int, ...]  # of every partial sum of S_l - q * M_l
+    slack: Fraction  # of |E - X'/M|
+
+
+def _limb_bounds(reach: Sequence[int], weights: Sequence[int], product: int, limb_bits: int,
+                 n_limbs: int) -> _LimbBounds:
+    digits = [_digits(w, limb_bits, n_limbs) for w in weights]
+    modulus = _digits(product, limb_bits, n_limbs)
+    sums = tuple(sum(r * abs(d[l]) for r, d in zip(reach, digits)) for l in range(n_limbs))
+    # |X'/M| <= sum_i r_i * |w_i'| / M, and |q| <= |E| + 1/2 (rounded) <= that + 1.
+    quotient = sum(r * abs(w) for r, w in zip(reach, weights)) // product + 1
+    limbs = tuple(s + quotient * abs(m) for s, m in zip(sums, modulus))
+    # L products and sums, each rounded once (relative error u = 2**-53; fused multiply-adds
+    # only tighten it), on terms of magnitude at most sums[l] * 2**(b*l) / M.
+    terms = sum(Fraction(s << (limb_bits * l), product) for l, s in enumerate(sums))
+    return _LimbBounds(sums, limbs, 2 * (n_limbs + 2) * terms / FLOAT64_EXACT)
 
 
 @cache
@@ -533,46 +576,47 @@ def _constants(moduli: tuple[int, ...]) -> _Layout:
         for other in moduli[:i]:
             if math.gcd(m, other) != 1:
                 raise ValueError(f"moduli {other} and {m} are not coprime: the CRT needs pairwise coprime moduli")
-    # Exactness of the limb sums (n = len(moduli)).  Residues satisfy |c_i| <= m_i - 1
-    # (checked per entry), so sum |c_i| <= spread, and |q| <= spread (below).  Every partial
-    # sum of S_l, the q * limb_l(M) term included, is then an integer of magnitude at most
-    # 2 * spread * (2**b - 1): exact in float64 while 2 * spread * 2**b <= 2**53, and so in
-    # int64 with the carries of the settling (_words).
-    spread = sum(m - 1 for m in moduli)
-    widths = [b for b in range(_MIN_LIMB_BITS, _MAX_LIMB_BITS + 1) if 2 * spread * 2**b <= FLOAT64_EXACT]
-    if not widths:
-        raise ValueError(
-            f"moduli sum(m - 1) = {spread}: the limb sums 2 * sum(m - 1) * 2**{_MIN_LIMB_BITS} reach 2**53 "
-            "and would round; use fewer or smaller moduli (sum(m - 1) <= 2**31)"
-        )
     product = math.prod(moduli)
     if product.bit_length() > _MAX_PRODUCT_BITS:
         raise ValueError(f"moduli whose product has {product.bit_length()} bits: the decode handles products of at "
                          f"most 2**24 bits (its exponents are int32); use fewer moduli")
+    # Exactness of the limb sums.  Residues satisfy |c_i| <= m_i - 1 = r_i (checked per entry;
+    # an entry that fails gets a meaningless value, never returned).  The weights are taken
+    # as w_i' ≡ w_i (mod M) with |w_i'| <= M/2 and written in balanced digits, so X' =
+    # sum_i c_i * w_i' ≡ Y (mod M) and every partial sum of S_l = sum_i c_i * digit_l(w_i')
+    # is an integer of magnitude at most sum_i r_i * |digit_l(w_i')|; |X'/M| <= sum_i r_i *
+    # |w_i'| / M, so |q| at most that plus 1 (below), and every partial sum of S_l - q *
+    # digit_l(M) at most the two bounds' sum (_limb_bounds, exact integers).  A limb width
+    # is admitted where those stay within 2**53, exact in float64 (and so in int64 with the
+    # carries of the settling, _words), and the estimate's slack (below) under 2**-4.
+    spread = sum(m - 1 for m in moduli)
+    if spread > 2**31:
+        raise ValueError(
+            f"moduli sum(m - 1) = {spread} passes 2**31, the most the decode's bounds are derived for (its "
+            "estimate of X'/M stays under 2**30 + 1); use fewer or smaller moduli"
+        )
+    reach = [m - 1 for m in moduli]
+    weights = [_balanced((product // m) * pow(product // m, -1, m), product) for m in moduli]
+    admitted = {}
+    for b in range(_MIN_LIMB_BITS, _MAX_LIMB_BITS + 1):
+        bounds = _limb_bounds(reach, weights, product, b, _limb_count(product, b))
+        if max(bounds.limbs) <= FLOAT64_EXACT and bounds.slack < Fraction(1, 16):
+            admitted[b] = bounds
+    if not admitted:
+        raise ValueError(f"moduli {moduli}: no limb width from {_MIN_LIMB_BITS} to {_MAX_LIMB_BITS} bits keeps "
+                         "the limb sums within 2**53 (exact) and the estimate of X'/M within 2**-4; use fewer or "
+                         "smaller moduli")
     # The fewest limbs (the multiply-adds are n * L), then 32 bits, whose limbs pair into the
     # words with no shifts across them, else the widest.  |Y0| < M fits: the top limb is a
-    # float64 integer, signed and unbounded.
-    limb_bits = max(widths, key=lambda b: (-_limb_count(product, b), b == 32, b))
-    n_limbs = _limb_count(product, limb_bits)
-    # The estimate E = sum_l S_l * fl(2**(b*l) / M) of X'/M = sum_l S_l * 2**(b*l) / M.  The
-    # top term is at most sum |c_i| * w_i / M <= spread (limb_top(w_i) * 2**(b*top) <= w_i < M),
-    # the lower ones together under spread * 2**(b*top) / M <= spread (bits(M) > b * top).
-    # L products and sums, each rounded once (relative error u = 2**-53; fused multiply-adds
-    # only tighten it), so |E - X'/M| <= 2 * (L + 2) * u * spread = slack.  Pairwise coprime
-    # moduli are distinct, so spread >= n * (n + 1) / 2 and n < 2**16; each modulus is below
-    # 2**31 and b >= 21, so L <= 31 * n / 21 + 1 < 2**17; spread <= 2**(52 - b) <= 2**31:
-    # slack < 2**-4.  Also |X'/M| <= sum (m_i - 1)**2 / m_i <= spread - n/2 (inv_i <= m_i - 1),
-    # so |E| < spread - 1/4 and |q| <= spread even where E + 1/2 rounds.  The kernel's
-    # q = floor(fl(E + 1/2)) errs from E by at most 1/2 plus half an ulp of E + 1/2 (|E| < 2**32,
-    # so at most 2**-22): |X'/M - q| < 1/2 + 2**-22 + 2**-4 < 1 and Y0 = X' - q * M lies in
+    # float64 integer, signed, whose bound the admission checked.
+    limb_bits = max(admitted, key=lambda b: (-_limb_count(product, b), b == 32, b))
+    n_limbs, bounds = _limb_count(product, limb_bits), admitted[limb_bits]
+    # The estimate E = sum_l S_l * fl(2**(b*l) / M) of X'/M = sum_l S_l * 2**(b*l) / M lies
+    # within slack < 2**-4 of it, and |E| < sum_i r_i / 2 + 1 <= 2**30 + 1 (|w_i'| <= M/2).  The
+    # kernel's q = floor(fl(E + 1/2)) errs from E by at most 1/2 plus half an ulp of E + 1/2
+    # (at most 2**-22): |X'/M - q| < 1/2 + 2**-22 + 2**-4 < 1 and Y0 = X' - q * M lies in
     # (-M, M).  Nothing here depends on where Y lies: the exact comparison of Y0 with
     # +-floor(M/2) settles the representative (module docstring).
-
-    def limbs_of(x: int) -> tuple[int, ...]:
-        """The settled limbs of x: limbs below the top in [0, 2**b), the top one signed
-        (Python's >> floors)."""
-        mask = (1 << limb_bits) - 1
-        return tuple((x >> (limb_bits * j)) & (mask if j < n_limbs - 1 else -1) for j in range(n_limbs))
 
     # Words enough for Y0 in (-M, M) in two's complement: bits(M) + 1 bits.
     n_words = -(-(product.bit_length() + 1) // 64)
@@ -586,22 +630,18 @@ def _constants(moduli: tuple[int, ...]) -> _Layout:
     # next: exact while every limb plus its carry stays at most 2**53 (and the rounding by
     # 1.5 * 2**52 sees at most 2**51); its digits times 2**(b * l) stay finite; its error,
     # (L - 1) * 2**-103.99 * |Y|, stays under its margin 2**-98 * |hi| while L <= 32.
-    bound, carry, carries_exact = 2 * spread * ((1 << limb_bits) - 1), 0, True
-    for _ in range(n_limbs):
+    carry, carries_exact = 0, True
+    for bound in bounds.limbs:
         value = bound + carry
         carries_exact &= value <= FLOAT64_EXACT and value >> limb_bits <= 2**51
         carry = (value >> limb_bits) + 1
     float_round = carries_exact and limb_bits * (n_limbs - 1) + 53 <= 1023 and n_limbs <= 32
 
-    weights = []
-    for m in moduli:
-        cofactor = product // m
-        weights.append(limbs_of(cofactor * pow(cofactor, -1, m)))  # below M: non-negative limbs
     return _Layout(
         limb_bits=limb_bits,
-        weights=tuple(weights),
+        weights=tuple(_digits(w, limb_bits, n_limbs) for w in weights),
         scales=tuple((1 << (limb_bits * j)) / product for j in range(n_limbs)),  # int / int rounds once
-        modulus=limbs_of(product),
+        modulus=_digits(product, limb_bits, n_limbs),
         half=words_of(product // 2),
         negative_half=words_of(-(product // 2)),
         modulus_words=words_of(product),
@@ -681,7 +721,7 @@ def decode_residues(c: torch.Tensor, moduli: Sequence[int], row_exponent: torch.
     flag = flag if collected else new_flag(device)
     _decode_kernel[grid](
         c, row_exponent.contiguous(), col_exponent.contiguous(), out, flag,
-        rows, cols, c.stride(0), c.stride(1), c.stride(2), **constexprs, num_warps=num_warps,
+        rows, cols, c.stride(0), c.stride(1), c.stride(2), **constexprs, num_warps=num_warps, **ptx.LAUNCH_OPTIONS,
     )
     if not collected:
         raise_for_flag(flag)

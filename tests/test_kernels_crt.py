@@ -32,9 +32,9 @@ pytestmark = [pytest.mark.gpu, pytest.mark.filterwarnings("ignore:overflow encou
 MODULI = {
     "fp4-plan": [7, 8, 9, 11, 43, 47, 53, 59, 61, 67, 71, 73, 79, 83, 85, 89, 139, 149, 151, 157, 169],
     "int8-20": [256, 255, 253, 251, 247, 241, 239, 233, 229, 227, 223, 211, 199, 197, 193, 191, 181, 179, 173, 167],
-    # 126 bits: four limbs of 32 bits in two words.
+    # 126 bits: three limbs of 42 bits in two words.
     "int8-16": [256, 255, 253, 251, 247, 241, 239, 233, 229, 227, 223, 211, 199, 197, 193, 191],
-    # 178 bits: five limbs of 39 bits in three words.
+    # 178 bits: five limbs of 42 bits in three words.
     "int8-23": [256, 255, 253, 251, 247, 241, 239, 233, 229, 227, 223, 217, 211, 199, 197, 193, 191, 181, 179, 173,
                 167, 163, 157],
     "three": [7, 8, 9],
@@ -190,7 +190,7 @@ def boundary_values(mods) -> list[int]:
 @pytest.mark.parametrize("moduli", ["int8-23", "int8-16", "primes-2^22", "mixed", "wide", "one", "primes-2^30"])
 @pytest.mark.parametrize("shift", [0, -1074])
 def test_every_limb_boundary_decodes(moduli, shift):
-    # Limb widths 39, 32 (int8), 28, 29 and 21 bits, one to five limbs in one to three words:
+    # Limb widths 42 (int8), 31, 32, 30 and 23 bits, one to five limbs in one to three words:
     # every leading-bit position of every word (the rounding window's moves and
     # normalization), products that use every limb, ties at 53 bits; normal results, and
     # subnormal ones keeping 20 bits.
@@ -440,7 +440,7 @@ def test_a_collected_flag_raises_once_read():
         (dict(moduli=[7, 8, 1]), ValueError, "modulus 1"),
         (dict(moduli=[7, 8, 2**31]), ValueError, "modulus 2147483648"),
         (dict(moduli=[7, 8, True]), ValueError, "modulus True"),
-        (dict(moduli=[2**31 - 1, 2**31 - 2, 5]), ValueError, "limb sums .* reach 2\\*\\*53"),
+        (dict(moduli=[2**31 - 1, 2**31 - 2, 5]), ValueError, "sum\\(m - 1\\) = .* passes 2\\*\\*31"),
         (dict(moduli=[]), ValueError, "at least one modulus"),
         (dict(row=lambda r: r.int()), ValueError, "row_exponent"),
         (dict(col=lambda r: r[:1]), ValueError, "col_exponent"),
@@ -457,6 +457,35 @@ def test_bad_decode_calls_raise(change, error, message):
     col = change.get("col", lambda x: x)(col)
     with pytest.raises(error, match=message):
         decode_residues(c, change.get("moduli", mods), row, col)
+
+
+@pytest.mark.parametrize("moduli", sorted(MODULI | BEYOND_STAGED))
+def test_limb_sums_at_their_bounds_stay_exact(moduli):
+    # For each limb, the residues (balanced, |c_i| = m_i - 1) whose terms c_i * digit_l(w_i')
+    # all share a sign: that limb's sum reaches the bound the limb width was admitted by, and
+    # must stay within 2**53 (exact in float64) for the decode to give the reference's bits.
+    mods = (MODULI | BEYOND_STAGED)[moduli]
+    layout = crt._constants(tuple(mods))
+    rows = []
+    for limb in range(len(layout.modulus)):
+        signs = [1 if w[limb] >= 0 else -1 for w in layout.weights]
+        residues = [s * (m - 1) for s, m in zip(signs, mods)]
+        assert abs(sum(c * w[limb] for c, w in zip(residues, layout.weights))) <= 2**53
+        rows.append(residues)
+    c = torch.tensor(rows, dtype=torch.int64, device=DEVICE).T[:, None, :].contiguous()
+    exponents = exponent_tensors([0], [-60] * len(rows))
+    assert same_bits(decode_residues(c, mods, *exponents), reference_decode(c, mods, *exponents))
+
+
+def test_moduli_no_limb_width_admits_are_refused(monkeypatch):
+    # At 51 bits alone the 16 int8 moduli's limb sums pass 2**53: no layout, a clear error.
+    monkeypatch.setattr(crt, "_MIN_LIMB_BITS", 51)
+    crt._constants.cache_clear()
+    try:
+        with pytest.raises(ValueError, match="no limb width from 51 to 51 bits"):
+            decode_residues(residues_of([[1]], MODULI["int8-16"]), MODULI["int8-16"], *exponent_tensors([0], [0]))
+    finally:
+        crt._constants.cache_clear()
 
 
 def test_products_past_int32_exponents_are_refused(monkeypatch):
@@ -505,8 +534,8 @@ def test_kernel_compiles_for_sm90_with_register_resident_limbs(tmp_path):
     # one thread's registers: shared memory holds no more than the two block-wide minima that
     # pick the fast paths, a word per warp (a cross-thread limb axis once made the decode
     # slower than the staged path), no local memory (spills of the limb tuples), nor
-    # emulated 64-bit division.  Limbs of 32 bits (int8 sets, uint8 residues as the plane
-    # GEMM writes them), of 39 bits (limbs across words), of 21 bits, one limb.  Compiled as
+    # emulated 64-bit division.  Limbs of 42 bits (int8 sets, across words; uint8 residues as
+    # the plane GEMM writes them), of 23 bits, one limb.  Compiled as
     # a launch at n = 16384 specializes it (aligned, vector loads and stores), the int8
     # decode moves no entry between threads: no shared memory, shuffle or barrier (the
     # results' stores and the flag's atomic once went through them).

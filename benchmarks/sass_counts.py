@@ -1,4 +1,4 @@
-"""SASS instructions of the encode and decode kernels, counted without a GPU.
+"""SASS instructions of the encode, decode and quotients kernels, counted without a GPU.
 
 Run from the repository root (any machine; no GPU needed, nor TRITON_INTERPRET):
 
@@ -16,7 +16,8 @@ flagged): the program followed from its start, past every conditional branch and
 every unconditional one, to its EXIT.  Which side of each branch that takes is the
 compiler's; on the H200 the count matched Nsight Compute's executed instructions per entry
 (benchmarks/kernels.md, "The decode's stores and flag").  The encode's count
-includes both its float and its integer tile paths.  The plane GEMM is the int8 launch the
+includes both its float and its integer tile paths.  The quotients pass of the "fp64" rule
+counts per entry of G, both sides' quotients.  The plane GEMM is the int8 launch the
 tuner takes on the H200 (``kernels.products.CONFIGS["int8"]``'s first Gluon config, byte
 residues): per entry its count is the epilogue's (the K loop's instructions are per K block,
 not per entry).  The table prints last.
@@ -29,7 +30,7 @@ import sys
 
 import torch
 
-from kernels import crt, products, residues
+from kernels import accuracy, crt, products, residues
 from kernels.ptx import sass_listing, sass_opcodes
 from ozaki.capacity import crt_capacity
 from ozaki.planning import moduli_for
@@ -63,6 +64,9 @@ def main() -> None:
             ("decode, common path", fall_through_opcodes(decode), entries_per_thread)]
     for operand in ("a", "b"):
         rows.append((f"encode {operand}", sass_opcodes(residues.compile_kernel(moduli, operand=operand)), None))
+    block_m, block_n = accuracy.QUOTIENTS_BLOCK
+    rows.append(("quotients", sass_opcodes(accuracy.compile_kernel(90, "quotients")),
+                 block_m * block_n // (32 * accuracy.QUOTIENTS_WARPS)))
     gemm = next(config for config in products.CONFIGS["int8"] if config.gluon)
     rows.append((f"plane GEMM {gemm.block_m}x{gemm.block_n}x{gemm.block_k}, {gemm.num_warps} warps",
                  sass_opcodes(products.compile_kernel("int8", 90, gemm)),

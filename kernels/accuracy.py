@@ -45,7 +45,7 @@ from kernels.float64 import EXPONENT_BIAS, FLOAT64_EXACT, FRACTION_BITS
 
 __all__ = ["CODES_WARPS", "CODE_LEVELS", "CODE_MAX", "LINES_BLOCK", "LINES_WARPS", "LOWER_BLOCK", "QUOTIENTS_BLOCK",
            "QUOTIENT_MARGIN", "QUOTIENTS_WARPS", "UNBOUNDED", "UPPER_BLOCKS", "UPPER_CODE_MAX", "UPPER_LEVELS",
-           "UPPER_MAX_K", "UpperReading", "WINDOW_LIFT", "compile_ptx",
+           "UPPER_MAX_K", "UpperReading", "WINDOW_LIFT", "compile_kernel", "compile_ptx",
            "least_quotients_kernel", "levels_kernel", "lower_codes_kernel", "reference_least_quotients",
            "reference_levels", "reference_lower_codes", "reference_upper_reading", "reference_window_tops",
            "upper_reading_kernel", "window_tops_kernel"]
@@ -250,13 +250,24 @@ def lower_codes_kernel(x: torch.Tensor, window_top: torch.Tensor, padded: tuple[
 
 @triton.jit
 def _line_quotient_factors(sums_ptr, offset_ptr, offs, mask):
-    # Per line of one side: the two factors of 2^offset, the reciprocal 1/U correctly rounded
-    # (1 where U = 0, whose quotients are replaced: one division per line, not per entry) and
-    # whether U > 0.  A line past the matrix counts as U = 0.
+    # Per line of one side: the factor F = ldexp(fl(1/U), offset) of its quotients (one
+    # division and two exact scalings per line, not per entry) and what the quotient adds:
+    # 0, or inf where U = 0 (a line past the matrix counts as U = 0), so that each quotient is
+    # one fused multiply-add with no select: G·F + 0 rounds as G·F does, G·F + inf is inf.
     sums = tl.load(sums_ptr + offs, mask=mask, other=0)
     first, second = ldexp_factors(tl.load(offset_ptr + offs, mask=mask, other=0))
     counted = sums > 0
-    return first, second, 1.0 / tl.where(counted, sums, 1).to(tl.float64), counted
+    factor = 1.0 / tl.where(counted, sums, 1).to(tl.float64) * first * second
+    return factor, tl.where(counted, 0.0, float("inf"))
+
+
+@triton.jit
+def _least(quotients, axis: tl.constexpr):
+    # Every quotient is +0 or positive (G ≥ 0, F ≥ 0, +0 or +inf added), and such float64
+    # values order as their bit patterns do as int64: an integer minimum, compares and selects
+    # of 32-bit halves, where tl.min's float minimum also quiets NaNs and moves registers (36
+    # SASS instructions per entry of the kernel against 44).
+    return tl.min(quotients.to(tl.int64, bitcast=True), axis=axis).to(tl.float64, bitcast=True)
 
 
 @triton.jit
@@ -272,22 +283,23 @@ def _quotients_kernel(
     # G's integers are below 2^53 (K·127² with K ≤ 2^22), so exact as float64.
     g = tl.load(g_ptr + offs_m[:, None].to(tl.int64) * stride_gm + offs_n[None, :].to(tl.int64) * stride_gn,
                 mask=mask_m[:, None] & mask_n[None, :], other=0).to(tl.float64)
-    # ozaki.accuracy._least_quotients: ldexp(G, offset)·fl(1/U), inf where U = 0, per line of the other side.
-    first, second, reciprocal, counted = _line_quotient_factors(sums_b_ptr, offset_b_ptr, offs_n, mask_n)
-    quotient = tl.where(counted[None, :], g * first[None, :] * second[None, :] * reciprocal[None, :], float("inf"))
-    tl.store(least_a_ptr + pid_n.to(tl.int64) * M + offs_m, tl.min(quotient, axis=1), mask=mask_m)
-    first, second, reciprocal, counted = _line_quotient_factors(sums_a_ptr, offset_a_ptr, offs_m, mask_m)
-    quotient = tl.where(counted[:, None], g * first[:, None] * second[:, None] * reciprocal[:, None], float("inf"))
-    tl.store(least_b_ptr + pid_m.to(tl.int64) * N + offs_n, tl.min(quotient, axis=0), mask=mask_n)
+    # ozaki.accuracy._least_quotients: G·ldexp(fl(1/U), offset), inf where U = 0, per line of the other side.
+    factor, added = _line_quotient_factors(sums_b_ptr, offset_b_ptr, offs_n, mask_n)
+    tl.store(least_a_ptr + pid_n.to(tl.int64) * M + offs_m, _least(g * factor[None, :] + added[None, :], 1),
+             mask=mask_m)
+    factor, added = _line_quotient_factors(sums_a_ptr, offset_a_ptr, offs_m, mask_m)
+    tl.store(least_b_ptr + pid_m.to(tl.int64) * N + offs_n, _least(g * factor[:, None] + added[:, None], 0),
+             mask=mask_n)
 
 
 def least_quotients_kernel(g: torch.Tensor, sums_a: torch.Tensor, offset_a: torch.Tensor, sums_b: torch.Tensor,
                            offset_b: torch.Tensor, *, block: tuple[int, int] = QUOTIENTS_BLOCK,
                            num_warps: int = QUOTIENTS_WARPS) -> tuple[torch.Tensor, torch.Tensor]:
-    """From G ``[M, N]`` (int32 or int64 integers below 2^53, any strides) and per line of
-    each side its U (int64) and offset (int64, small: the scaling 2^offset of G is exact):
-    per row i of A the minimum over columns j with U^B_j > 0 of G_ij·2^offset_b_j·fl(1/U^B_j) and
-    per column j the minimum over rows i with U^A_i > 0 of G_ij·2^offset_a_i·fl(1/U^A_i), float64,
+    """From G ``[M, N]`` (int32 or int64, non-negative integers below 2^53 as products of codes
+    are, any strides) and per line of each side its U (int64) and offset (int64):
+    per row i of A the minimum over columns j with U^B_j > 0 of G_ij·ldexp(fl(1/U^B_j), offset_b_j)
+    and per column j the minimum over rows i with U^A_i > 0 of G_ij·ldexp(fl(1/U^A_i), offset_a_i)
+    (``ozaki._bits.ldexp``: exact for offsets in [−958, 0], which hold the rule's), float64,
     inf where no line counts; in one pass over G.  ``block`` and ``num_warps`` change the
     speed, never the result."""
     if not isinstance(g, torch.Tensor) or g.dtype not in (torch.int32, torch.int64) or g.dim() != 2:
@@ -470,13 +482,13 @@ def reference_lower_codes(x: torch.Tensor, window_top: torch.Tensor, padded: tup
 
 def reference_least_quotients(g: torch.Tensor, sums_a: torch.Tensor, offset_a: torch.Tensor, sums_b: torch.Tensor,
                               offset_b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """What :func:`least_quotients_kernel` computes, entry by entry: G_ij·2^offset (math.ldexp,
-    exact here) times the correctly rounded 1/U, minimised per line."""
+    """What :func:`least_quotients_kernel` computes, entry by entry: G_ij times the correctly
+    rounded 1/U scaled by 2^offset (math.ldexp, exact here), minimised per line."""
     rows = g.cpu().tolist()
     u_a, o_a, u_b, o_b = (line.cpu().tolist() for line in (sums_a, offset_a, sums_b, offset_b))
-    least_a = [min((math.ldexp(row[j], o_b[j]) * (1.0 / u_b[j]) for j in range(len(u_b)) if u_b[j] > 0),
+    least_a = [min((row[j] * math.ldexp(1.0 / u_b[j], o_b[j]) for j in range(len(u_b)) if u_b[j] > 0),
                    default=math.inf) for row in rows]
-    least_b = [min((math.ldexp(rows[i][j], o_a[i]) * (1.0 / u_a[i]) for i in range(len(u_a)) if u_a[i] > 0),
+    least_b = [min((rows[i][j] * math.ldexp(1.0 / u_a[i], o_a[i]) for i in range(len(u_a)) if u_a[i] > 0),
                    default=math.inf) for j in range(len(u_b))]
     return (torch.tensor(least_a, dtype=torch.float64, device=g.device),
             torch.tensor(least_b, dtype=torch.float64, device=g.device))
@@ -504,7 +516,12 @@ def reference_levels(least: torch.Tensor, top: torch.Tensor, window_top: torch.T
 
 
 def compile_ptx(capability: int = 90, kernel: str = "upper", operand: str = "a", aligned: bool = True) -> str:
-    """PTX of one pass on ``sm_<capability>``, compiled without a GPU: ``kernel`` "upper" or
+    """PTX of :func:`compile_kernel`'s pass."""
+    return compile_kernel(capability, kernel, operand, aligned).asm["ptx"]
+
+
+def compile_kernel(capability: int = 90, kernel: str = "upper", operand: str = "a", aligned: bool = True):
+    """One pass compiled for ``sm_<capability>`` without a GPU: ``kernel`` "upper" or
     "lower" (the operand passes, for ``operand`` "a", K contiguous, or "b", Bᵀ with rows
     contiguous) or "quotients" (over a row-major int32 G).  ``aligned`` specializes as the
     launch does for 16-byte aligned data with sizes and strides multiples of 16 (n = 16384),
@@ -534,4 +551,4 @@ def compile_ptx(capability: int = 90, kernel: str = "upper", operand: str = "a",
     signature = {name: pointers.get(name, "i32") for name in fn.arg_names}
     signature.update({name: "constexpr" for name in constexprs})
     divisible = [*pointers, *sizes] if aligned else []
-    return ptx.compile_ptx(fn, signature, constexprs, divisible=divisible, capability=capability, num_warps=warps)
+    return ptx.compile_kernel(fn, signature, constexprs, divisible=divisible, capability=capability, num_warps=warps)

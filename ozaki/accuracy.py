@@ -184,10 +184,12 @@ def _least_quotients(g: torch.Tensor, sums: torch.Tensor, offset: torch.Tensor, 
     """Per line along the other axis of G, the minimum over the other side's lines (axis
     ``dim``) that have U > 0 of G·2^offset/U: inf where there is none (also where this device
     holds none of them, the identity of the minimum its agreement takes over the rest).  Each
-    quotient is ldexp(G, offset) times the line's correctly rounded 1/U: a multiplication per
-    entry where a division cost the kernel several times that (kernels.accuracy)."""
+    quotient is G times the line's factor ldexp(fl(1/U), offset), exact for the offsets the
+    window tops make (r − top in [−48, 0]): one multiplication per entry where a division
+    cost the kernel several times that (kernels.accuracy)."""
     shape = (1, -1) if dim == 1 else (-1, 1)
-    quotient = ldexp(g.to(torch.float64), offset.view(shape)) * (1.0 / sums.view(shape).to(torch.float64))
+    factor = ldexp(1.0 / sums.to(torch.float64), offset)
+    quotient = g.to(torch.float64) * factor.view(shape)
     quotient = torch.where(sums.view(shape) > 0, quotient, torch.inf)
     if quotient.shape[dim] == 0:
         return quotient.new_full((quotient.shape[1 - dim],), torch.inf)

@@ -229,8 +229,9 @@ def test_accuracy_passes_read_in_vectors_and_round_as_torch_without_spills(tmp_p
     # a row at once (the upper pass stores nothing but its sums' atomics).  The codes are
     # products by powers of two rounded by magic-number adds (kernels.accuracy._nearest_integer),
     # with no conversion instruction that rounds; the quotients' reciprocals (one division per
-    # line, not per entry) are correctly rounded, and no multiply-add touches the quotients (a
-    # fused one would round differently from torch).
+    # line, not per entry) are correctly rounded, and each quotient is one fused multiply-add,
+    # G·F plus 0 (or inf for a line without U), rounded once as torch's product G·F is: the
+    # only multiply-adds (one fused into anything else would round differently from torch).
     variants = [(kernel, operand, aligned) for kernel in ("upper", "lower") for operand in "ab"
                 for aligned in (True, False)] + [("quotients", "a", aligned) for aligned in (True, False)]
     result = _compiled(_ACCURACY_SCRIPT, json.dumps(variants), tmp_path)
@@ -245,7 +246,8 @@ def test_accuracy_passes_read_in_vectors_and_round_as_torch_without_spills(tmp_p
             # Fewer divisions than one per entry and side (a thread's lines may repeat in the layout).
             assert len(re.findall(r"\bdiv\.rn\.f64\b", text)) < 2 * entries, name
             assert not re.search(r"\b(?:div\.(?:approx|full)|rcp\.approx)\S*\.f64", text), name
-            assert not re.search(r"\b(?:fma|mad|add|sub)\.\w+\.f64\b", text), name
+            assert len(re.findall(r"\bfma\.rn\.f64\b", text)) == 2 * entries, name
+            assert not re.search(r"\b(?:mad|add|sub)\.\w+\.f64\b", text), name
             assert ("ld.global.v4.b32" in text) == aligned, name
             continue
         assert ".entry _codes_kernel" in text

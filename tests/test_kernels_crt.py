@@ -132,7 +132,7 @@ def edge_values(mods) -> list[int]:
 
 def estimate(y: int, mods) -> tuple[float, int]:
     """E = sum_l S_l * fl(2**(b*l) / M) for the product y, from the limb sums
-    S_l = sum_i c_i * limb_l(w_i) summed from the top limb down in float64 without fused
+    S_l = sum_i c_i * digit_l(w_i') summed from the top limb down in float64 without fused
     multiply-adds (as the interpreter computes it), and the quotient q with X' = q * M + y."""
     layout = crt._constants(tuple(mods))
     residues = [y % m for m in mods]

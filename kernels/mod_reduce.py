@@ -9,7 +9,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-__all__ = ["fold_chunk", "reduce_mod", "reduce_mod_u24"]
+__all__ = ["fold_chunk", "reduce_chunk", "reduce_mod", "reduce_mod_u24"]
 
 
 @triton.jit
@@ -34,14 +34,21 @@ def reduce_mod_u24(x, modulus, magic):
 
 
 @triton.jit
-def fold_chunk(residue, part, coef, modulus, inverse, RESIDUE_BITS: tl.constexpr):
-    # (residue + part * coef) mod m as int32 in [0, m), for residue in [0, m), coef in
-    # [0, m) and an exact chunk sum |part| < 2**31 (int32, or an integer-valued fp32).
+def _u24_magic(m_u32):
+    # ceil(2**32 / m) as floor((2**32 - 1) / m) + 1, once per tile: 2**32 - 1 is ~0 in uint32
+    # (a literal would be int64, and its division emulated).
+    return ~(m_u32 - m_u32) // m_u32 + 1
+
+
+@triton.jit
+def reduce_chunk(part, modulus, inverse, RESIDUE_BITS: tl.constexpr):
+    # part mod m as int32 in [0, m) for an exact chunk sum |part| < 2**31 (int32, or an
+    # integer-valued fp32): fold_chunk(0, part, 1, ...), the whole epilogue of a single plane
+    # of coefficient 1 in one K chunk (the int8 engine's), with no second reduction.
     if RESIDUE_BITS == 0:
-        # Exact sums (kernels.products.exact_int8_matmul): coefficient 1 and a whole sum the
-        # launcher keeps in [0, m) < 2**31, so the chunk sums add up exactly in int32 to its own
-        # residue.  No reduction: the epilogue stores the accumulator.
-        r = residue + part
+        # Exact sums (kernels.products.exact_int8_matmul): the launcher keeps the whole sum in
+        # [0, m) < 2**31, its own residue.  No reduction: the epilogue stores the accumulator.
+        r = part
     elif RESIDUE_BITS == 8:
         # m <= 2**8, in 32-bit integers with no conversion instruction (Hopper runs those at a
         # quarter of the float32 rate, in an epilogue no MMA overlaps).  part = high * 2**16
@@ -49,23 +56,37 @@ def fold_chunk(residue, part, coef, modulus, inverse, RESIDUE_BITS: tl.constexpr
         # y = high * c + low + m * 2**15 is congruent to part and lies in [2**15, 2**24): at
         # least 2**15 * (m - c), at most 2**15 * (2m - 1) + 2**16 < 2**24 for m <= 255, and
         # 2**23 + 2**16 for m = 2**8 (c = 0).  Below 2**24 the quotient by m is the high word
-        # of y * ceil(2**32 / m), exactly (reduce_mod_u24); so is that of r * coef < 2**16.
+        # of y * ceil(2**32 / m), exactly (reduce_mod_u24).
         part32 = part.to(tl.int32)
         m32 = modulus.to(tl.int32)
-        m_u32 = modulus.to(tl.uint32)
-        # ceil(2**32 / m) as floor((2**32 - 1) / m) + 1, once per tile: 2**32 - 1 is ~0 in uint32
-        # (a literal would be int64, and its division emulated).
-        magic = ~(m_u32 - m_u32) // m_u32 + 1
         y = (part32 >> 16) * (65536 % m32) + (part32 & 0xFFFF) + m32 * 32768
-        r = reduce_mod_u24(y, m32, magic)
-        r = reduce_mod_u24(residue + r * coef.to(tl.int32), m32, magic)
+        r = reduce_mod_u24(y, m32, _u24_magic(modulus.to(tl.uint32)))
     elif RESIDUE_BITS == 16:
-        # m <= 2**15: every intermediate stays below 2**30, in 32-bit registers (the 64-bit
-        # path spills on 128 x 256 tiles).  % takes the dividend's sign; shift into [0, m).
+        # m <= 2**15, in 32-bit registers (the 64-bit path spills on 128 x 256 tiles).  % takes
+        # the dividend's sign; shift into [0, m).
         m32 = modulus.to(tl.int32)
-        r = (residue + (part.to(tl.int32) % m32) * coef.to(tl.int32)) % m32
+        r = part.to(tl.int32) % m32
         r = tl.where(r < 0, r + m32, r)
     else:
-        r = reduce_mod(tl.cast(residue, tl.int64) + reduce_mod(part.to(tl.int64), modulus, inverse) * coef, modulus,
-                       inverse)
+        r = reduce_mod(part.to(tl.int64), modulus, inverse)
+    return r.to(tl.int32)
+
+
+@triton.jit
+def fold_chunk(residue, part, coef, modulus, inverse, RESIDUE_BITS: tl.constexpr):
+    # (residue + part * coef) mod m as int32 in [0, m), for residue in [0, m), coef in
+    # [0, m) and an exact chunk sum |part| < 2**31 (int32, or an integer-valued fp32).
+    r = reduce_chunk(part, modulus, inverse, RESIDUE_BITS)
+    if RESIDUE_BITS == 0:
+        # Exact sums: coefficient 1, and the chunk sums add up exactly in int32 to the whole.
+        r = residue + r
+    elif RESIDUE_BITS == 8:
+        # residue + r * coef < 2**16: the quotient by m is exact as in reduce_chunk.
+        m32 = modulus.to(tl.int32)
+        r = reduce_mod_u24(residue + r * coef.to(tl.int32), m32, _u24_magic(modulus.to(tl.uint32)))
+    elif RESIDUE_BITS == 16:
+        # Every term non-negative and below 2**30.
+        r = (residue + r * coef.to(tl.int32)) % modulus.to(tl.int32)
+    else:
+        r = reduce_mod(tl.cast(residue, tl.int64) + r.to(tl.int64) * coef, modulus, inverse)
     return r.to(tl.int32)

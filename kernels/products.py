@@ -55,7 +55,7 @@ from kernels.digits import digit_set
 from kernels.float64 import FLOAT64_EXACT
 from kernels import wgmma_products
 from kernels.moduli import check_modulus
-from kernels.mod_reduce import fold_chunk
+from kernels.mod_reduce import fold_chunk, reduce_chunk
 
 __all__ = [
     "CONFIGS",
@@ -214,7 +214,8 @@ def _plane_gemm_kernel(
     a_src, b_src, coef_ptr, plane_start_ptr, moduli_ptr, out_ptr,
     M, N, n_products, n_batch, n_k_blocks, chunk_blocks, stride_a, stride_b,
     stride_og, stride_ob, stride_om, stride_on,
-    OPERAND: tl.constexpr, SINGLE_FLUSH: tl.constexpr, RESIDUE_BITS: tl.constexpr, USE_TMA: tl.constexpr,
+    OPERAND: tl.constexpr, SINGLE_FLUSH: tl.constexpr, UNIT_COEFFICIENTS: tl.constexpr, RESIDUE_BITS: tl.constexpr,
+    USE_TMA: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     IMPRECISE_WINDOW: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
 ):
@@ -265,12 +266,15 @@ def _plane_gemm_kernel(
         # Chunk sums are below 2**31 and m < 2**31, so every reduce_mod argument stays below m * 2**50.
         if SINGLE_FLUSH:
             # One plane, one chunk: no residue carried across the K loop (keeps registers free).
-            coef = tl.load(coef_ptr + t_start)
             plane = tl.cast(t_start, tl.int64) * n_batch + batch
             part = _dot_blocks(a_src, b_src, plane * M + tile_m, plane * N + tile_n, offs_am, offs_bn, stride_a,
                                stride_b, 0, n_k_blocks, ACC_DTYPE, OPERAND, USE_TMA, BLOCK_M, BLOCK_N, BLOCK_K,
                                PACKED_K, IMPRECISE_WINDOW)
-            residue = fold_chunk(0, part, coef, modulus, inverse, RESIDUE_BITS)
+            if UNIT_COEFFICIENTS:
+                # The chunk's residue is the plane's: no multiply by 1 and second reduction.
+                residue = reduce_chunk(part, modulus, inverse, RESIDUE_BITS)
+            else:
+                residue = fold_chunk(0, part, tl.load(coef_ptr + t_start), modulus, inverse, RESIDUE_BITS)
         else:
             residue = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
             for t in range(t_start, t_end):
@@ -667,6 +671,7 @@ def _launch(a_op: torch.Tensor, b_op: torch.Tensor, coefficients: tuple[int, ...
     n_k_blocks = packed_k * (2 if operand == "e2m1" else 1) // config.block_k
     chunk_blocks = chunk // config.block_k
     single_flush = all(e - s == 1 for s, e in zip(plane_start, plane_start[1:])) and chunk_blocks >= n_k_blocks
+    unit_coefficients = all(c == 1 for c in coefficients)
     a_src, b_src = a_op.view(-1, packed_k), b_op.view(-1, packed_k)
     if config.tma and max(a_src.shape[0], b_src.shape[0]) >= 2**31:
         raise ValueError(f"{max(a_src.shape[0], b_src.shape[0])} plane rows exceed the int32 coordinates of TMA "
@@ -688,14 +693,15 @@ def _launch(a_op: torch.Tensor, b_op: torch.Tensor, coefficients: tuple[int, ...
             raise ValueError(f"{config}: {refusal}: use a config with gluon=False")
         wgmma_products.launch(a_op.view(-1, packed_k), b_op.view(-1, packed_k), table,
                               table[n_planes + len(plane_start):], out, n_k_blocks=n_k_blocks,
-                              residue_bits=residue_bits, config=config, programs=programs)
+                              residue_bits=residue_bits, unit_coefficients=unit_coefficients, config=config,
+                              programs=programs)
         return
     _plane_gemm_kernel[(min(tiles, programs),)](
         a_src, b_src, table, table[n_planes:], table[n_planes + len(plane_start):], out,
         m_rows, n_cols, n_groups * n_batch, n_batch, n_k_blocks, chunk_blocks, packed_k, packed_k,
         *out.stride(),
-        OPERAND=operand, SINGLE_FLUSH=single_flush, RESIDUE_BITS=residue_bits, USE_TMA=config.tma,
-        BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
+        OPERAND=operand, SINGLE_FLUSH=single_flush, UNIT_COEFFICIENTS=unit_coefficients, RESIDUE_BITS=residue_bits,
+        USE_TMA=config.tma, BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
         IMPRECISE_WINDOW=config.imprecise_window, NUM_PROGRAMS=programs, num_warps=config.num_warps,
         num_stages=config.num_stages, **ptx.LAUNCH_OPTIONS,
     )
@@ -791,20 +797,23 @@ def reference_modular_matmul(a_planes: torch.Tensor, b_planes: torch.Tensor, coe
 
 def compile_ptx(operand: str, capability: int, config: PlaneGemmConfig, *, single_flush: bool = True,
                 residue_dtype: torch.dtype = torch.uint8, multiprocessors: int = 132,
-                exact_sums: bool = False) -> str:
+                exact_sums: bool = False, unit_coefficients: bool = True) -> str:
     """PTX of :func:`compile_kernel`."""
     return compile_kernel(operand, capability, config, single_flush=single_flush, residue_dtype=residue_dtype,
-                          multiprocessors=multiprocessors, exact_sums=exact_sums).asm["ptx"]
+                          multiprocessors=multiprocessors, exact_sums=exact_sums,
+                          unit_coefficients=unit_coefficients).asm["ptx"]
 
 
 def compile_kernel(operand: str, capability: int, config: PlaneGemmConfig, *, single_flush: bool = True,
                    residue_dtype: torch.dtype = torch.uint8, multiprocessors: int = 132,
-                   exact_sums: bool = False):
+                   exact_sums: bool = False, unit_coefficients: bool = True):
     """The plane GEMM for ``operand`` on ``sm_<capability>``, compiled without a GPU
     (``residue_dtype``: the residues' type, which selects the residue arithmetic;
     ``multiprocessors``: the device's, an H100/H200's by default, which with
     ``config.programs_per_sm`` sizes the persistent launch; ``exact_sums``: as
-    :func:`exact_int8_matmul` launches it, int32 sums stored unreduced); the Gluon kernel
+    :func:`exact_int8_matmul` launches it, int32 sums stored unreduced; ``unit_coefficients``:
+    every plane's coefficient is 1, as the int8 engine's and exact sums' are, where a single
+    flush reduces each sum once); the Gluon kernel
     (:mod:`kernels.wgmma_products`) for a ``gluon`` config.  Triton's compiled kernel: its
     ``asm`` holds the PTX and the cubin.  Needs a process without ``TRITON_INTERPRET=1`` (see
     :func:`kernels.ptx.compile_kernel`)."""
@@ -818,8 +827,10 @@ def compile_kernel(operand: str, capability: int, config: PlaneGemmConfig, *, si
             raise ValueError(f"the gluon kernel is sm_90 int8 with one plane and one K chunk (single_flush); "
                              f"got {operand} on sm_{capability}, single_flush={single_flush}")
         return wgmma_products.compile_kernel(config, residue_bits=residue_bits, out_type=_OUT_TYPES[residue_dtype],
-                                             programs=multiprocessors * config.programs_per_sm)
-    constexprs = dict(OPERAND=operand, SINGLE_FLUSH=single_flush, RESIDUE_BITS=residue_bits,
+                                             programs=multiprocessors * config.programs_per_sm,
+                                             unit_coefficients=unit_coefficients)
+    constexprs = dict(OPERAND=operand, SINGLE_FLUSH=single_flush, UNIT_COEFFICIENTS=unit_coefficients,
+                      RESIDUE_BITS=residue_bits,
                       USE_TMA=config.tma, BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
                       GROUP_M=config.group_m, IMPRECISE_WINDOW=config.imprecise_window,
                       NUM_PROGRAMS=multiprocessors * config.programs_per_sm)

@@ -28,7 +28,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from triton.runtime.interpreter import InterpretedFunction
 
 from kernels import ptx
-from kernels.mod_reduce import fold_chunk
+from kernels.mod_reduce import fold_chunk, reduce_chunk
 
 __all__ = ["compile_kernel", "compile_ptx", "launch", "operand_layout", "supports"]
 
@@ -104,7 +104,7 @@ def _next_load(load, load_tile, load_kb, a_row, b_row, first_tile, tiles, grid_m
 def wgmma_plane_gemm_kernel(
     a_desc, b_desc, coef_ptr, moduli_ptr, out_ptr,
     M, N, n_products, n_batch, n_k_blocks, stride_og, stride_ob, stride_om,
-    RESIDUE_BITS: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
+    UNIT_COEFFICIENTS: gl.constexpr, RESIDUE_BITS: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
     GROUP_M: gl.constexpr, NUM_STAGES: gl.constexpr, NUM_PROGRAMS: gl.constexpr,
 ):
     NUM_WARPS: gl.constexpr = gl.num_warps()
@@ -167,9 +167,13 @@ def wgmma_plane_gemm_kernel(
         group = group_batch // n_batch
         batch = group_batch % n_batch
         modulus = gl.load(moduli_ptr + group)
-        coef = gl.load(coef_ptr + group)
         inverse = 1.0 / modulus.to(gl.float64)
-        residue = fold_chunk(0, acc, coef, modulus, inverse, RESIDUE_BITS)
+        if UNIT_COEFFICIENTS:
+            # The tile's residue is its sum's: no multiply by 1 and second reduction, in an
+            # epilogue no wgmma overlaps.
+            residue = reduce_chunk(acc, modulus, inverse, RESIDUE_BITS)
+        else:
+            residue = fold_chunk(0, acc, gl.load(coef_ptr + group), modulus, inverse, RESIDUE_BITS)
         residue = gl.convert_layout(residue.to(out_ptr.dtype.element_ty), store_layout)
         rows = row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, store_layout))
         cols = col0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, store_layout))
@@ -188,7 +192,8 @@ def _descriptors(a_src: torch.Tensor, b_src: torch.Tensor, block_m: int, block_n
 
 
 def launch(a_src: torch.Tensor, b_src: torch.Tensor, coefficients: torch.Tensor, moduli: torch.Tensor,
-           out: torch.Tensor, *, n_k_blocks: int, residue_bits: int, config, programs: int) -> None:
+           out: torch.Tensor, *, n_k_blocks: int, residue_bits: int, unit_coefficients: bool, config,
+           programs: int) -> None:
     """Launches the kernel on the flattened int8 operands ([planes * batch * rows, K], K padded
     to whole blocks) into ``out`` ([G, batch, M, N]); one plane per group, one exact K chunk:
     ``kernels.products._launch`` has checked both and every other bound."""
@@ -199,27 +204,30 @@ def launch(a_src: torch.Tensor, b_src: torch.Tensor, coefficients: torch.Tensor,
     tiles = -(-m_rows // config.block_m) * -(-n_cols // config.block_n) * n_groups * n_batch
     wgmma_plane_gemm_kernel[(min(tiles, programs),)](
         a_desc, b_desc, coefficients, moduli, out, m_rows, n_cols, n_groups * n_batch, n_batch, n_k_blocks,
-        *out.stride()[:3], RESIDUE_BITS=residue_bits, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
+        *out.stride()[:3], UNIT_COEFFICIENTS=unit_coefficients, RESIDUE_BITS=residue_bits, BLOCK_M=config.block_m,
+        BLOCK_N=config.block_n,
         BLOCK_K=config.block_k, GROUP_M=config.group_m, NUM_STAGES=config.num_stages, NUM_PROGRAMS=programs,
         num_warps=config.num_warps, **ptx.LAUNCH_OPTIONS,
     )
 
 
-def compile_ptx(config, *, residue_bits: int, out_type: str, programs: int) -> str:
+def compile_ptx(config, *, residue_bits: int, out_type: str, programs: int, unit_coefficients: bool = True) -> str:
     """PTX of :func:`compile_kernel`."""
-    return compile_kernel(config, residue_bits=residue_bits, out_type=out_type, programs=programs).asm["ptx"]
+    return compile_kernel(config, residue_bits=residue_bits, out_type=out_type, programs=programs,
+                          unit_coefficients=unit_coefficients).asm["ptx"]
 
 
-def compile_kernel(config, *, residue_bits: int, out_type: str, programs: int):
+def compile_kernel(config, *, residue_bits: int, out_type: str, programs: int, unit_coefficients: bool = True):
     """The kernel for sm_90 with ``config`` (a ``kernels.products.PlaneGemmConfig``), compiled
     without a GPU: ``residue_bits`` selects the residue arithmetic, ``out_type`` is the
-    residues' pointer type (``"*u8"``), ``programs`` the persistent launch's size.  Triton's
+    residues' pointer type (``"*u8"``), ``programs`` the persistent launch's size,
+    ``unit_coefficients`` whether every coefficient is 1 (the int8 engine's).  Triton's
     compiled kernel: its ``asm`` holds the PTX and the cubin.  Needs a process without
     ``TRITON_INTERPRET=1`` (see :func:`kernels.ptx.compile_kernel`)."""
     if isinstance(fold_chunk, InterpretedFunction):
         raise RuntimeError("compiling a kernel for a GPU target needs compiled kernels: "
                            "run it in a process without TRITON_INTERPRET=1")
-    constexprs = dict(RESIDUE_BITS=residue_bits, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
+    constexprs = dict(UNIT_COEFFICIENTS=unit_coefficients, RESIDUE_BITS=residue_bits, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
                       BLOCK_K=config.block_k, GROUP_M=config.group_m, NUM_STAGES=config.num_stages,
                       NUM_PROGRAMS=programs)
     arguments = {"a_desc": _descriptor_type(config.block_m, config.block_k),

@@ -37,7 +37,7 @@ from kernels.products import (
     select_operand,
 )
 from kernels import wgmma_products
-from kernels.mod_reduce import fold_chunk
+from kernels.mod_reduce import fold_chunk, reduce_chunk
 from kernels.digits import digit_set
 from ozaki import catalog
 from ozaki.products import digit_planes
@@ -102,6 +102,17 @@ def test_engine_matches_reference(digits, operand, count, modulus, config):
     assert torch.equal(got, reference_modular_matmul(a, b, coeffs, modulus))
 
 
+@pytest.mark.parametrize("modulus, config", [(251, "tma"), (256, "pointer"), (2**15 - 1, "pointer"), (2**15, "tma"),
+                                             (2**31 - 1, "pointer")])
+def test_unit_coefficients_reduce_each_sum_once(modulus, config):
+    # The int8 engine's launches: one plane of coefficient 1 per modulus, whose epilogue reduces
+    # each sum once (kernels.mod_reduce.reduce_chunk) in every residue width.
+    rng = random.Random(modulus)
+    a, b = planes("int8", (1, 70, 100), rng), planes("int8", (1, 50, 100), rng)
+    got = modular_matmul(a, b, [1], modulus, digits="int8", config=CONFIG[config])
+    assert torch.equal(got, reference_modular_matmul(a, b, [1], modulus))
+
+
 @pytest.mark.parametrize("count, k, k_chunk, config",
                          [(1, 160, 64, "pointer"), (3, 160, 32, "tma"), (2, 96, 64, "tma")])
 def test_k_chunks_combine_exactly(count, k, k_chunk, config):
@@ -146,21 +157,24 @@ def test_batch_dimensions_and_int32_output():
 
 
 @triton.jit
-def _fold_kernel(residue_ptr, part_ptr, coef_ptr, modulus_ptr, out_ptr, n, BLOCK: tl.constexpr):
+def _fold_kernel(residue_ptr, part_ptr, coef_ptr, modulus_ptr, out_ptr, reduced_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     modulus = tl.load(modulus_ptr + offs, mask=mask, other=2)
-    folded = fold_chunk(tl.load(residue_ptr + offs, mask=mask, other=0), tl.load(part_ptr + offs, mask=mask, other=0),
+    part = tl.load(part_ptr + offs, mask=mask, other=0)
+    folded = fold_chunk(tl.load(residue_ptr + offs, mask=mask, other=0), part,
                         tl.load(coef_ptr + offs, mask=mask, other=0), modulus, 1.0 / modulus.to(tl.float64), 8)
     tl.store(out_ptr + offs, folded, mask=mask)
+    tl.store(reduced_ptr + offs, reduce_chunk(part, modulus, 1.0 / modulus.to(tl.float64), 8), mask=mask)
 
 
 @pytest.mark.parametrize("part_dtype", [torch.int32, torch.float32])
 def test_byte_residue_fold_is_exact_over_its_whole_range(part_dtype):
-    """The epilogue's reduction for moduli up to 2**8 (kernels.mod_reduce.fold_chunk): every
-    modulus from 2 to 256, chunk sums at the ends of their range (int32's, or the integers
-    fp32 holds exactly for the fp8 and fp4 accumulators) and at the 2**16 seams of its split,
-    residues and coefficients up to m - 1, against Python's integers."""
+    """The epilogue's reductions for moduli up to 2**8 (kernels.mod_reduce.fold_chunk, and
+    reduce_chunk, a single plane's of coefficient 1): every modulus from 2 to 256, chunk sums at
+    the ends of their range (int32's, or the integers fp32 holds exactly for the fp8 and fp4
+    accumulators) and at the 2**16 seams of its split, residues and coefficients up to m - 1,
+    against Python's integers."""
     limit = 2**31 - 1 if part_dtype == torch.int32 else 2**24
     edges = [0, 1, -1, limit, -limit, 2**16 - 1, 2**16, -(2**16), -(2**16) - 1, 2**23, -(2**23) + 1, 2**24 - 1]
     rng = random.Random(7)
@@ -172,9 +186,10 @@ def test_byte_residue_fold_is_exact_over_its_whole_range(part_dtype):
     tensors = [torch.tensor(residue, dtype=torch.int32), torch.tensor(part, dtype=torch.int64).to(part_dtype),
                torch.tensor(coef, dtype=torch.int32), torch.tensor(modulus, dtype=torch.int32)]
     tensors = [t.to(DEVICE) for t in tensors]
-    out = torch.empty(len(rows), dtype=torch.int32, device=DEVICE)
-    _fold_kernel[(triton.cdiv(len(rows), 1024),)](*tensors, out, len(rows), BLOCK=1024)
+    out, reduced = (torch.empty(len(rows), dtype=torch.int32, device=DEVICE) for _ in range(2))
+    _fold_kernel[(triton.cdiv(len(rows), 1024),)](*tensors, out, reduced, len(rows), BLOCK=1024)
     assert out.cpu().tolist() == [(r + p * c) % m for r, p, c, m in rows]
+    assert reduced.cpu().tolist() == [p % m for _, p, _, m in rows]
 
 
 @pytest.mark.parametrize("moduli, dtype", [([7, 256], torch.uint8), ([257], torch.int16), ([2, 2**15 - 1], torch.int16),

@@ -186,7 +186,9 @@ def test_byte_residues_are_reduced_without_integer_division(ptx):
         assert divisions(name) < entries_per_thread(name) // 2, name
         assert len(re.findall(r"\bmul\.hi\.u32\b", ptx[name])) >= entries_per_thread(name), name
         assert not re.search(r"\bcvt\.[\w.]*f32\b", ptx[name]), name
-    assert divisions("int8-int16-residues") >= 2 * entries_per_thread("int8-int16-residues")
+    # Wider moduli's residues take the emulated division, one per entry where every coefficient
+    # is 1 (as compiled here; a single flush then reduces each sum once).
+    assert divisions("int8-int16-residues") >= entries_per_thread("int8-int16-residues")
 
 
 _EXTENTS_SCRIPT = """

@@ -104,8 +104,8 @@ def _next_load(load, load_tile, load_kb, a_row, b_row, first_tile, tiles, grid_m
 def wgmma_plane_gemm_kernel(
     a_desc, b_desc, coef_ptr, moduli_ptr, out_ptr,
     M, N, n_products, n_batch, n_k_blocks, stride_og, stride_ob, stride_om,
-    UNIT_COEFFICIENTS: gl.constexpr, RESIDUE_BITS: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
-    GROUP_M: gl.constexpr, NUM_STAGES: gl.constexpr, NUM_PROGRAMS: gl.constexpr,
+    UNIT_COEFFICIENTS: gl.constexpr, RESIDUE_BITS: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+    BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr, NUM_STAGES: gl.constexpr, NUM_PROGRAMS: gl.constexpr,
 ):
     NUM_WARPS: gl.constexpr = gl.num_warps()
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NUM_WARPS, 1],
@@ -227,9 +227,9 @@ def compile_kernel(config, *, residue_bits: int, out_type: str, programs: int, u
     if isinstance(fold_chunk, InterpretedFunction):
         raise RuntimeError("compiling a kernel for a GPU target needs compiled kernels: "
                            "run it in a process without TRITON_INTERPRET=1")
-    constexprs = dict(UNIT_COEFFICIENTS=unit_coefficients, RESIDUE_BITS=residue_bits, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
-                      BLOCK_K=config.block_k, GROUP_M=config.group_m, NUM_STAGES=config.num_stages,
-                      NUM_PROGRAMS=programs)
+    constexprs = dict(UNIT_COEFFICIENTS=unit_coefficients, RESIDUE_BITS=residue_bits, BLOCK_M=config.block_m,
+                      BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
+                      NUM_STAGES=config.num_stages, NUM_PROGRAMS=programs)
     arguments = {"a_desc": _descriptor_type(config.block_m, config.block_k),
                  "b_desc": _descriptor_type(config.block_n, config.block_k),
                  "coef_ptr": "*i64", "moduli_ptr": "*i64", "out_ptr": out_type}

@@ -5,7 +5,7 @@ Per entry, with residues c_i of the exact product Y and its scale 2**e, Y the
 representative in (-M/2, M/2) (M = prod m_i; |Y| < M/2 is the capacity the pipeline asks
 for, 2 * K * (2**p - 1) * (2**q - 1) < M):
 
-1. Linear CRT.  With w_i' the representative in [-M/2, M/2] of (M/m_i) * ((M/m_i)^-1 mod
+1. Linear CRT.  With w_i' the representative in (-M/2, M/2] of (M/m_i) * ((M/m_i)^-1 mod
    m_i) mod M, X' = sum_i c_i * w_i' is congruent to Y mod M.  It is never formed: the kernel
    accumulates its limbs S_l = sum_i c_i * digit_l(w_i') (w_i' in balanced digits of b bits,
    the sums unnormalized) in float64, then the estimate
@@ -40,7 +40,7 @@ of them (benchmarks/kernels.md, "The decode's fast blocks", "The decode's float 
 The limb width b is picked per moduli set: the fewest limbs L whose exact bounds on the
 partial sums keep them within 2**53, then 32 bits where they do, else the widest (int8 sets:
 3 limbs of 42 bits for 16 moduli, 5 of 42 bits for 23: balanced digits of weights in
-[-M/2, M/2] hold the sums' bounds at half or less of those of digits in [0, 2**b) of weights
+(-M/2, M/2] hold the sums' bounds at half or less of those of digits in [0, 2**b) of weights
 in [0, M), which took 4 limbs of 32 bits for 16 moduli).  The words are as
 many as Y0's two's complement needs: 2 for 16 int8 moduli, 3 for 23.
 
@@ -547,7 +547,9 @@ def _balanced(x: int, modulus: int) -> int:
 
 
 class _LimbBounds(NamedTuple):
-    """Bounds of one limb width's arithmetic (_constants): all exact integers."""
+    """One limb width's digits and the bounds of its arithmetic (_constants): exact integers."""
+    weights: tuple[tuple[int, ...], ...]  # digits of each w_i'
+    modulus: tuple[int, ...]  # digits of M
     sums: tuple[int, ...]  # of every partial sum of S_l
     limbs: tuple[int, ...]  # of every partial sum of S_l - q * M_l
     slack: Fraction  # of |E - X'/M|
@@ -555,7 +557,7 @@ class _LimbBounds(NamedTuple):
 
 def _limb_bounds(reach: Sequence[int], weights: Sequence[int], product: int, limb_bits: int,
                  n_limbs: int) -> _LimbBounds:
-    digits = [_digits(w, limb_bits, n_limbs) for w in weights]
+    digits = tuple(_digits(w, limb_bits, n_limbs) for w in weights)
     modulus = _digits(product, limb_bits, n_limbs)
     sums = tuple(sum(r * abs(d[l]) for r, d in zip(reach, digits)) for l in range(n_limbs))
     # |X'/M| <= sum_i r_i * |w_i'| / M, and |q| <= |E| + 1/2 (rounded) <= that + 1.
@@ -564,7 +566,7 @@ def _limb_bounds(reach: Sequence[int], weights: Sequence[int], product: int, lim
     # L products and sums, each rounded once (relative error u = 2**-53; fused multiply-adds
     # only tighten it), on terms of magnitude at most sums[l] * 2**(b*l) / M.
     terms = sum(Fraction(s << (limb_bits * l), product) for l, s in enumerate(sums))
-    return _LimbBounds(sums, limbs, 2 * (n_limbs + 2) * terms / FLOAT64_EXACT)
+    return _LimbBounds(digits, modulus, sums, limbs, 2 * (n_limbs + 2) * terms / FLOAT64_EXACT)
 
 
 @cache
@@ -639,9 +641,9 @@ def _constants(moduli: tuple[int, ...]) -> _Layout:
 
     return _Layout(
         limb_bits=limb_bits,
-        weights=tuple(_digits(w, limb_bits, n_limbs) for w in weights),
+        weights=bounds.weights,
         scales=tuple((1 << (limb_bits * j)) / product for j in range(n_limbs)),  # int / int rounds once
-        modulus=_digits(product, limb_bits, n_limbs),
+        modulus=bounds.modulus,
         half=words_of(product // 2),
         negative_half=words_of(-(product // 2)),
         modulus_words=words_of(product),

@@ -133,10 +133,12 @@ def _codes_kernel(
     # The row's top t (upper pass) or window top r (lower pass); a padding row reads 0 and,
     # holding only zeros, gets zero codes whatever its scale.
     top = tl.load(top_ptr + offs_r, mask=row_mask, other=0)
+    # 2^(levels - top), the tensor written first: Triton 3.8's interpreter makes a constexpr
+    # minus a tensor a constexpr, which a called function cannot take.
     if UPPER:
-        scale_first, scale_second = ldexp_factors(_UPPER_LEVELS - top)
+        scale_first, scale_second = ldexp_factors(-top + _UPPER_LEVELS)
     else:
-        scale_first, scale_second = ldexp_factors(_CODE_LEVELS - top)
+        scale_first, scale_second = ldexp_factors(-top + _CODE_LEVELS)
     k_start = tl.program_id(1) * k_chunk
     k_stop = tl.minimum(k_start + k_chunk, k_out)
     # Elementwise running sums over this program's K chunk, reduced across the tile once.  They

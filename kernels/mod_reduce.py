@@ -35,9 +35,10 @@ def reduce_mod_u24(x, modulus, magic):
 
 @triton.jit
 def _u24_magic(m_u32):
-    # ceil(2**32 / m) as floor((2**32 - 1) / m) + 1, once per tile: 2**32 - 1 is ~0 in uint32
-    # (a literal would be int64, and its division emulated).
-    return ~(m_u32 - m_u32) // m_u32 + 1
+    # ceil(2**32 / m) as floor((2**32 - 1) / m) + 1, once per tile, in one uint32 division (the
+    # same instructions as ~0 // m, which Triton 3.8's interpreter cannot run: it builds ~0 from a
+    # -1 that uint32 cannot hold).
+    return tl.cast(0xFFFFFFFF, tl.uint32) // m_u32 + 1
 
 
 @triton.jit

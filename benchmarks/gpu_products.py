@@ -41,7 +41,6 @@ EXTRA = (
     PlaneGemmConfig(256, 128, 128, num_warps=8, num_stages=4, tma=True, gluon=True),
     PlaneGemmConfig(128, 256, 64, num_warps=8, num_stages=6, tma=True, gluon=True),
     PlaneGemmConfig(128, 256, 128, num_warps=8, num_stages=3, group_m=4, tma=True, gluon=True),
-    PlaneGemmConfig(128, 256, 128, num_warps=8, num_stages=3, group_m=16, tma=True, gluon=True),
 )
 
 

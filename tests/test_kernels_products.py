@@ -443,7 +443,8 @@ on_hopper = pytest.mark.skipif(not wgmma_products.supports(torch.device(DEVICE))
 
 
 @on_hopper
-@pytest.mark.parametrize("config", GLUON, ids=[f"{c.block_m}x{c.block_n}w{c.num_warps}s{c.num_stages}" for c in GLUON])
+@pytest.mark.parametrize("config", GLUON, ids=[f"{c.block_m}x{c.block_n}x{c.block_k}w{c.num_warps}s{c.num_stages}"
+                                                f"g{c.group_m}" for c in GLUON])
 @pytest.mark.parametrize("moduli", [[251, 256, 2, 97], [2**15 - 1, 3], [2**31 - 1, 65537]])
 @pytest.mark.parametrize("shape", [(1, 1, 1), (130, 250, 300), (513, 129, 4000), (3, 260, 200, 70)])
 def test_gluon_kernel_matches_reference(config, moduli, shape):

@@ -155,8 +155,9 @@ CONFIGS: dict[str, tuple[PlaneGemmConfig, ...]] = {
         # kernels.wgmma_products, where a launch admits it (config_refusal): the fastest on the H200.
         PlaneGemmConfig(128, 256, 128, num_warps=8, num_stages=3, tma=True, gluon=True),
         PlaneGemmConfig(128, 256, 128, num_warps=8, num_stages=4, tma=True, gluon=True),
-        # Sixteen tile rows per group: A's planes cross L2 less often where N is wide (at 16384 the
-        # faster on an H200 and an H100, at 8192 within the spread: the tuner times it).
+        # The same tile with groups of sixteen row tiles in the walk (kernels.wgmma_products._tile_origin):
+        # 1.5% faster than groups of eight at 16384 on an H100 and 1% on an H200, tied at 8192
+        # (benchmarks/kernels.md); the tuner times both.
         PlaneGemmConfig(128, 256, 128, num_warps=8, num_stages=3, group_m=16, tma=True, gluon=True),
     ),
     "e4m3": (

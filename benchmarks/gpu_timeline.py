@@ -26,7 +26,8 @@ from kernels import accuracy as accuracy_kernels
 from kernels import crt, residues
 from ozaki import accuracy, pipeline, planning
 
-STAGES = ((planning, "_read_rows"), (planning, "_extents"), (accuracy, "fp64_reading"), (accuracy, "_upper_reading"),
+STAGES = ((planning, "_read_rows"), (accuracy, "row_reading"), (planning, "_extents"), (accuracy, "fp64_reading"),
+          (accuracy, "_upper_reading"),
           (accuracy_kernels, "window_tops_kernel"), (accuracy, "_lower_codes"), (accuracy, "_code_product"),
           (accuracy_kernels, "least_quotients_kernel"), (accuracy_kernels, "levels_kernel"), (planning, "_summary"),
           (planning, "_widened"), (planning, "moduli_for"), (planning, "native_verdict"),

@@ -13,6 +13,11 @@ int8 product of codes once:
 * :func:`least_quotients_kernel`, one pass over the lower codes' product G giving, per row
   of A and per column of B, the least quotient G_ij·2^off / U of the other side's lines.
 
+For rows held K-contiguous (A's, row-major) :func:`row_reading_kernel` makes both passes, the
+extents before them (``kernels.scaling.row_extents_kernel``) and the per-line steps between
+them in one launch: each program reads its row three times, the second and third time partly
+from L2, where three launches read it from memory three times.
+
 Each pass reads the input through its strides (Bᵀ's rows, B's columns, in place); the lower
 pass writes its codes K-contiguous and zero-padded to the shape the int8 GEMM takes
 (``padded``), so the GEMM needs no copy.  Every result is the torch path's bit for bit,
@@ -44,11 +49,11 @@ from kernels.crt import ldexp_factors
 from kernels.float64 import EXPONENT_BIAS, FLOAT64_EXACT, FRACTION_BITS
 
 __all__ = ["CODES_WARPS", "CODE_LEVELS", "CODE_MAX", "LINES_BLOCK", "LINES_WARPS", "LOWER_BLOCK", "QUOTIENTS_BLOCK",
-           "QUOTIENT_MARGIN", "QUOTIENTS_WARPS", "UNBOUNDED", "UPPER_BLOCKS", "UPPER_CODE_MAX", "UPPER_LEVELS",
-           "UPPER_MAX_K", "UpperReading", "WINDOW_LIFT", "compile_kernel", "compile_ptx",
-           "least_quotients_kernel", "levels_kernel", "lower_codes_kernel", "reference_least_quotients",
+           "QUOTIENT_MARGIN", "QUOTIENTS_WARPS", "ROW_READING_LAUNCH", "RowReading", "UNBOUNDED", "UPPER_BLOCKS",
+           "UPPER_CODE_MAX", "UPPER_LEVELS", "UPPER_MAX_K", "UpperReading", "WINDOW_LIFT", "compile_kernel",
+           "compile_ptx", "least_quotients_kernel", "levels_kernel", "lower_codes_kernel", "reference_least_quotients",
            "reference_levels", "reference_lower_codes", "reference_upper_reading", "reference_window_tops",
-           "upper_reading_kernel", "window_tops_kernel"]
+           "row_reading_kernel", "upper_reading_kernel", "window_tops_kernel"]
 
 # D: the lower codes count in units of 2^(r − D) up to int8's 127.
 CODE_LEVELS = 7
@@ -104,6 +109,7 @@ _MAGIC_BITS = tl.constexpr(0x4338000000000000)
 # float64's exponent bias and fraction width: 2^e has the bit pattern (e + bias) << 52.
 _EXPONENT_BIAS = tl.constexpr(EXPONENT_BIAS)
 _FRACTION_BITS = tl.constexpr(FRACTION_BITS)
+_NO_SET_BIT = tl.constexpr(scaling.NO_SET_BIT)
 
 
 @triton.jit
@@ -119,6 +125,35 @@ def _float_to_int(x):
     # The float64 integer x, |x| < 2^51, as int64: a float add and an integer add, no
     # conversion instruction (a quarter of the float64 rate too).
     return (x + _MAGIC).to(tl.int64, bitcast=True) - _MAGIC_BITS
+
+
+# The codes are rounded and made integers by magic-number adds, not by conversion
+# instructions: every value rounded lies in [0, 2^16] (|x| < 2^t, and the lower codes are
+# clamped to 127 first).
+@triton.jit
+def _upper_terms(x, top, scale_first, scale_second, levels):
+    # Per entry of x under its row's top t (scale_first · scale_second = 2^(D_U − t)): the
+    # upper code and U's term 2^max(W − d, 0), d = t − e, both float64 integers, 0 for a zero.
+    # The scaling's last factor is 1 here (t ≤ 1024), so the compiler's fusing it into the
+    # rounding add rounds the same product.
+    nonzero = x != 0
+    scaled = tl.abs(x) * scale_first * scale_second
+    nearest = _nearest_integer(scaled)
+    ceiling = nearest + tl.where(nearest < scaled, 1.0, 0.0)
+    codes = tl.where(nonzero, tl.maximum(ceiling, 1.0), 0.0)
+    # The term built from its exponent field.
+    below = top - scaling.frexp_exponent(tl.abs(x))
+    term = ((tl.maximum(levels - below, 0) + _EXPONENT_BIAS) << _FRACTION_BITS).to(tl.float64, bitcast=True)
+    return codes, tl.where(nonzero, term, 0.0)
+
+
+@triton.jit
+def _lower_codes(x, scale_first, scale_second):
+    # Per entry of x under its row's window top r (scale_first · scale_second = 2^(D − r)):
+    # min(⌊|x|·2^(D − r)⌋, 127) as int64.
+    clamped = tl.minimum(tl.abs(x) * scale_first * scale_second, _CODE_MAX)
+    nearest = _nearest_integer(clamped)
+    return _float_to_int(nearest - tl.where(nearest > clamped, 1.0, 0.0))
 
 
 @triton.jit
@@ -153,27 +188,13 @@ def _codes_kernel(
         # Past the operand (K or rows) entries read as 0.0: zero codes, nothing summed.
         x = tl.load(x_ptr + offs_k[:, None].to(tl.int64) * stride_xk + offs_r[None, :].to(tl.int64) * stride_xr,
                     mask=(offs_k[:, None] < K) & row_mask[None, :], other=0.0)
-        nonzero = x != 0
-        scaled = tl.abs(x) * scale_first[None, :] * scale_second[None, :]
-        # The codes are rounded and made integers by magic-number adds, not by conversion
-        # instructions: every value rounded lies in [0, 2^16] (|x| < 2^t, and the lower codes
-        # are clamped to 127 first).
         if UPPER:
-            # The scaling's last factor is 1 here (t ≤ 1024), so the compiler's fusing it into
-            # the rounding add rounds the same product.
-            nearest = _nearest_integer(scaled)
-            ceiling = nearest + tl.where(nearest < scaled, 1.0, 0.0)
-            codes = tl.where(nonzero, tl.maximum(ceiling, 1.0), 0.0)
+            codes, term = _upper_terms(x, top[None, :], scale_first[None, :], scale_second[None, :], levels)
             code_sums += codes
             code_squares += codes * codes
-            # U's term 2^max(W − d, 0), d = t − e, built from its exponent field.
-            below = top[None, :] - scaling.frexp_exponent(tl.abs(x))
-            term = ((tl.maximum(levels - below, 0) + _EXPONENT_BIAS) << _FRACTION_BITS).to(tl.float64, bitcast=True)
-            sums += tl.where(nonzero, term, 0.0)
+            sums += term
         else:
-            clamped = tl.minimum(scaled, _CODE_MAX)
-            nearest = _nearest_integer(clamped)
-            codes = _float_to_int(nearest - tl.where(nearest > clamped, 1.0, 0.0))
+            codes = _lower_codes(x, scale_first[None, :], scale_second[None, :])
             tl.store(codes_ptr + offs_r[None, :].to(tl.int64) * stride_cr + offs_k[:, None], codes.to(tl.int8),
                      mask=(offs_k[:, None] < k_stop) & out_rows[None, :])
     if UPPER:
@@ -183,12 +204,12 @@ def _codes_kernel(
         tl.atomic_add(code_squares_ptr + offs_r, tl.sum(code_squares, axis=0).to(tl.int64), mask=row_mask)
 
 
-def _check_operand(x: torch.Tensor, scale: torch.Tensor, padded: tuple[int, int] | None = None) -> None:
+def _check_operand(x: torch.Tensor, scale: torch.Tensor | None, padded: tuple[int, int] | None = None) -> None:
     if not isinstance(x, torch.Tensor) or x.dtype != torch.float64:
         raise TypeError(f"x must be a float64 tensor, got {getattr(x, 'dtype', type(x).__name__)}")
     if x.dim() != 2:
         raise ValueError(f"x has shape {tuple(x.shape)}: expected [rows, K]")
-    if scale.shape != x.shape[:1] or scale.dtype != torch.int64 or scale.device != x.device:
+    if scale is not None and (scale.shape != x.shape[:1] or scale.dtype != torch.int64 or scale.device != x.device):
         raise ValueError(f"the row tops must be int64 of shape {tuple(x.shape[:1])} on {x.device}, got "
                          f"{scale.dtype} {tuple(scale.shape)} on {scale.device}")
     if padded is not None and (len(padded) != 2 or padded[0] < x.shape[0] or padded[1] < x.shape[1]):
@@ -248,6 +269,115 @@ def lower_codes_kernel(x: torch.Tensor, window_top: torch.Tensor, padded: tuple[
     codes = torch.empty(padded, dtype=torch.int8, device=x.device)
     _launch_codes(x, window_top, padded, 0, codes, None, block, chunks, num_warps)
     return codes
+
+
+class RowReading(NamedTuple):
+    """What :func:`row_reading_kernel` reads of rows in one launch: each what its own pass
+    gives (``kernels.scaling.row_extents_kernel``, :func:`upper_reading_kernel`,
+    :func:`window_tops_kernel`, :func:`lower_codes_kernel`)."""
+
+    extents: scaling.Extents
+    upper: UpperReading
+    window_top: torch.Tensor  # int64, one per row: r
+    window_offset: torch.Tensor  # int64, one per row: r − t
+    codes: torch.Tensor  # int8, ``padded``: the lower codes
+
+
+# (K per tile, rows per program) and warps of :func:`row_reading_kernel`: the fastest of
+# nineteen launches on an H100 at n = 8192 and 16384 (benchmarks/kernels.md, "The rule's
+# reading of A in one launch"), one row per program, whose later walks find part of the row
+# in L2: 1.52 ms at 16384 where one read of A takes 0.69 and the separate passes 2.77.
+ROW_READING_LAUNCH = ((2048, 1), 8)
+
+
+@triton.jit
+def _row_reading_kernel(
+    x_ptr, max_ptr, lowest_ptr, sums_ptr, code_sums_ptr, code_squares_ptr, window_ptr, offset_ptr, codes_ptr,
+    rows, K, rows_out, k_out, stride_xr, stride_cr, levels, k_bits,
+    BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr,
+):
+    offs_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    row_mask = offs_r < rows
+    row_offsets = x_ptr + offs_r[:, None].to(tl.int64) * stride_xr
+    # Past the operand (K or rows) entries read as 0.0: they change no extent, sum or code.
+    # 1. The extents, and the row's top t.
+    largest = tl.zeros([BLOCK_R, BLOCK_K], dtype=tl.int64)
+    lowest = tl.full([BLOCK_R, BLOCK_K], _NO_SET_BIT, dtype=tl.int32)
+    for k0 in range(0, K, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        x = tl.load(row_offsets + offs_k[None, :], mask=row_mask[:, None] & (offs_k[None, :] < K), other=0.0)
+        magnitude, bit = scaling.entry_extents(x)
+        largest = tl.maximum(largest, magnitude)
+        lowest = tl.minimum(lowest, bit)
+    row_largest = tl.max(largest, axis=1)
+    tl.store(max_ptr + offs_r, row_largest, mask=row_mask)
+    tl.store(lowest_ptr + offs_r, tl.min(lowest, axis=1).to(tl.int64), mask=row_mask)
+    top = scaling.row_top(row_largest.to(tl.float64, bitcast=True))
+    # 2. The upper reading under t.  Each lane's float64 sums hold K / BLOCK_K entries, exact
+    # (the launcher's check); they become int64 before the sum across lanes, which may not be.
+    scale_first, scale_second = ldexp_factors(-top + _UPPER_LEVELS)
+    sums = tl.zeros([BLOCK_R, BLOCK_K], dtype=tl.float64)
+    code_sums = tl.zeros([BLOCK_R, BLOCK_K], dtype=tl.float64)
+    code_squares = tl.zeros([BLOCK_R, BLOCK_K], dtype=tl.float64)
+    for k0 in range(0, K, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        x = tl.load(row_offsets + offs_k[None, :], mask=row_mask[:, None] & (offs_k[None, :] < K), other=0.0)
+        codes, term = _upper_terms(x, top[:, None], scale_first[:, None], scale_second[:, None], levels)
+        code_sums += codes
+        code_squares += codes * codes
+        sums += term
+    upper_sums = tl.sum(sums.to(tl.int64), axis=1)
+    tl.store(sums_ptr + offs_r, upper_sums, mask=row_mask)
+    tl.store(code_sums_ptr + offs_r, tl.sum(code_sums.to(tl.int64), axis=1), mask=row_mask)
+    tl.store(code_squares_ptr + offs_r, tl.sum(code_squares.to(tl.int64), axis=1), mask=row_mask)
+    # 3. The window top r from U, and the lower codes under it, zero-padded.
+    window = _window_top(top, upper_sums, levels, k_bits)
+    tl.store(window_ptr + offs_r, window, mask=row_mask)
+    tl.store(offset_ptr + offs_r, window - top, mask=row_mask)
+    scale_first, scale_second = ldexp_factors(-window + _CODE_LEVELS)
+    out_rows = offs_r < rows_out
+    for k0 in range(0, k_out, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        x = tl.load(row_offsets + offs_k[None, :], mask=row_mask[:, None] & (offs_k[None, :] < K), other=0.0)
+        codes = _lower_codes(x, scale_first[:, None], scale_second[:, None])
+        tl.store(codes_ptr + offs_r[:, None].to(tl.int64) * stride_cr + offs_k[None, :], codes.to(tl.int8),
+                 mask=out_rows[:, None] & (offs_k[None, :] < k_out))
+
+
+def row_reading_kernel(x: torch.Tensor, levels: int, padded: tuple[int, int], *,
+                       block: tuple[int, int] | None = None, num_warps: int | None = None) -> RowReading:
+    """The :class:`RowReading` of x ``[rows, K]`` (float64, finite, K-contiguous rows: A of a
+    product on one device, whose depth is x's K) in one launch: its extents, its upper reading
+    with W = ``levels``, the window tops (``window_tops_kernel``'s) and the lower codes under
+    them in an int8 ``padded`` buffer, each equal to its own pass's result.  ``block``
+    (BLOCK_K, BLOCK_R, powers of two; default :data:`ROW_READING_LAUNCH`) and ``num_warps``
+    change the speed, never the result."""
+    _check_operand(x, None, padded)
+    if x.stride(1) != 1 and x.shape[1] > 1:
+        raise ValueError(f"x must hold its rows K-contiguous (stride 1 along K), got strides {tuple(x.stride())}: "
+                         "read other layouts with the separate passes")
+    (block_k, block_r), warps = block or ROW_READING_LAUNCH[0], num_warps or ROW_READING_LAUNCH[1]
+    if any(b < 1 or b & (b - 1) for b in (block_k, block_r)):
+        raise ValueError(f"block must be two powers of two (BLOCK_K, BLOCK_R), got {(block_k, block_r)}")
+    rows, row_k = x.shape
+    if levels < 0 or row_k << levels > FLOAT64_EXACT:
+        raise ValueError(f"levels = {levels} with K = {row_k}: levels must be non-negative and K·2^levels at most "
+                         "2^53 (U ≤ K·2^levels, exact in float64)")
+    if triton.cdiv(row_k, block_k) > _EXACT_CHUNK:
+        raise ValueError(f"K = {row_k} in tiles of {block_k}: a lane would sum more than {_EXACT_CHUNK} codes, "
+                         "past float64's exact integers; take a wider BLOCK_K")
+    if max(padded) >= 2**31 - max(block_k, block_r):
+        raise ValueError(f"a pass over {padded}: rows and K must stay below 2**31 (int32 offsets in a tile)")
+    # max, lowest bit, U, code sums and squares, r, r − t: every slot is written.
+    lines = torch.empty((7, rows), dtype=torch.int64, device=x.device)
+    codes = torch.empty(padded, dtype=torch.int8, device=x.device)
+    if padded[0]:
+        _row_reading_kernel[(triton.cdiv(padded[0], block_r),)](
+            x, *lines, codes, rows, row_k, padded[0], padded[1], x.stride(0), codes.stride(0), levels,
+            row_k.bit_length(), BLOCK_K=block_k, BLOCK_R=block_r, num_warps=warps, **ptx.LAUNCH_OPTIONS,
+        )
+    extents = scaling.Extents(row_max=lines[0].view(torch.float64), lowest_bit=lines[1])
+    return RowReading(extents, UpperReading(*lines[2:5]), lines[5], lines[6], codes)
 
 
 @triton.jit
@@ -363,12 +493,17 @@ _CARRY_BITS = tl.constexpr(FRACTION_BITS + 1)
 def _window_tops_side(top_ptr, sums_ptr, window_ptr, offset_ptr, lines, levels, k_bits, BLOCK: tl.constexpr):
     offs, mask = scaling.line_block(lines, BLOCK)
     top = tl.load(top_ptr + offs, mask=mask, other=0)
-    sums = tl.load(sums_ptr + offs, mask=mask, other=0)
-    # U < 2^53 is exact as float64, whose frexp exponent is U's bit length.
-    bit_length = tl.where(sums > 0, scaling.frexp_exponent(sums.to(tl.float64)), 0)
-    window = tl.minimum(top - levels + bit_length - k_bits + 1 + _WINDOW_LIFT, top)
+    window = _window_top(top, tl.load(sums_ptr + offs, mask=mask, other=0), levels, k_bits)
     tl.store(window_ptr + offs, window, mask=mask)
     tl.store(offset_ptr + offs, window - top, mask=mask)
+
+
+@triton.jit
+def _window_top(top, sums, levels, k_bits):
+    # r = min(t − W + bit_length(U) − bit_length(K) + 1 + 3, t); U < 2^53 is exact as
+    # float64, whose frexp exponent is U's bit length.
+    bit_length = tl.where(sums > 0, scaling.frexp_exponent(sums.to(tl.float64)), 0)
+    return tl.minimum(top - levels + bit_length - k_bits + 1 + _WINDOW_LIFT, top)
 
 
 @triton.jit
@@ -525,7 +660,8 @@ def compile_ptx(capability: int = 90, kernel: str = "upper", operand: str = "a",
 def compile_kernel(capability: int = 90, kernel: str = "upper", operand: str = "a", aligned: bool = True):
     """One pass compiled for ``sm_<capability>`` without a GPU: ``kernel`` "upper" or
     "lower" (the operand passes, for ``operand`` "a", K contiguous, or "b", Bᵀ with rows
-    contiguous) or "quotients" (over a row-major int32 G).  ``aligned`` specializes as the
+    contiguous), "rows" (:func:`row_reading_kernel`, "a" only) or "quotients" (over a
+    row-major int32 G).  ``aligned`` specializes as the
     launch does for 16-byte aligned data with sizes and strides multiples of 16 (n = 16384),
     where the unit-stride axis is read in vector loads.  Needs a process without
     ``TRITON_INTERPRET=1`` (see :func:`kernels.ptx.compile_kernel`)."""
@@ -548,8 +684,16 @@ def compile_kernel(capability: int = 90, kernel: str = "upper", operand: str = "
             pointers.update(codes_ptr="*i8")
             constexprs.update(sums_ptr=None, code_sums_ptr=None, code_squares_ptr=None)
         fn, sizes, warps = _codes_kernel, ["rows", "K", "rows_out", "k_out", other, "stride_cr", "k_chunk"], CODES_WARPS
+    elif kernel == "rows":  # as row_reading_kernel launches it, on A
+        if operand != "a":
+            raise ValueError(f"the row reading takes K-contiguous rows: operand 'a', got {operand!r}")
+        pointers = {name: "*i64" for name in _row_reading_kernel.arg_names if name.endswith("_ptr")}
+        pointers.update(x_ptr="*fp64", codes_ptr="*i8")
+        (block_k, block_r), warps = ROW_READING_LAUNCH
+        constexprs = {"BLOCK_K": block_k, "BLOCK_R": block_r}
+        fn, sizes = _row_reading_kernel, ["rows", "K", "rows_out", "k_out", "stride_xr", "stride_cr"]
     else:
-        raise ValueError(f"kernel must be 'upper', 'lower' or 'quotients', got {kernel!r}")
+        raise ValueError(f"kernel must be 'upper', 'lower', 'rows' or 'quotients', got {kernel!r}")
     signature = {name: pointers.get(name, "i32") for name in fn.arg_names}
     signature.update({name: "constexpr" for name in constexprs})
     divisible = [*pointers, *sizes] if aligned else []

@@ -92,6 +92,22 @@ _NO_SET_BIT = tl.constexpr(NO_SET_BIT)
 
 
 @triton.jit
+def entry_extents(x):
+    """Per entry of a float64 tile: the pattern of |x| (int64, ordered as the magnitudes) and
+    the exponent of its lowest set bit (int32, NO_SET_BIT for a zero), whose maximum and
+    minimum over a row are its :class:`Extents`."""
+    magnitude = x.to(tl.int64, bitcast=True) & _SIGN_MASK
+    # The lowest set bit 2**t of the significand (hidden bit included; it is the lowest
+    # only for a zero fraction, where a subnormal would be 0) is exact in float64, whose
+    # exponent field then reads 1023 + t.
+    significand = magnitude | _HIDDEN_BIT
+    lowest_set = ((significand & -significand).to(tl.float64).to(tl.int64, bitcast=True) >> 52).to(tl.int32)
+    biased = (magnitude >> 52).to(tl.int32)
+    bit = lowest_set + tl.maximum(biased, 1) - _WEIGHT_BIAS
+    return magnitude, tl.where(magnitude == 0, _NO_SET_BIT, bit)
+
+
+@triton.jit
 def _extents_kernel(
     x_ptr, max_ptr, lowest_ptr,
     rows, K, stride_xr, stride_xk, k_chunk,
@@ -112,16 +128,9 @@ def _extents_kernel(
         x = tl.load(x_ptr + offs_k[:, None].to(tl.int64) * stride_xk + offs_r[None, :].to(tl.int64) * stride_xr,
                     mask=mask, other=0.0)
         # Masked-off entries read as 0.0 and, like zeros of either sign, change neither result.
-        magnitude = x.to(tl.int64, bitcast=True) & _SIGN_MASK
+        magnitude, bit = entry_extents(x)
         largest = tl.maximum(largest, magnitude)
-        # The lowest set bit 2**t of the significand (hidden bit included; it is the lowest
-        # only for a zero fraction, where a subnormal would be 0) is exact in float64, whose
-        # exponent field then reads 1023 + t.
-        significand = magnitude | _HIDDEN_BIT
-        lowest_set = ((significand & -significand).to(tl.float64).to(tl.int64, bitcast=True) >> 52).to(tl.int32)
-        biased = (magnitude >> 52).to(tl.int32)
-        bit = lowest_set + tl.maximum(biased, 1) - _WEIGHT_BIAS
-        lowest = tl.minimum(lowest, tl.where(magnitude == 0, _NO_SET_BIT, bit))
+        lowest = tl.minimum(lowest, bit)
     # Other programs hold other chunks of the same rows: max and min commute, so the order in
     # which the atomics land changes nothing.
     tl.atomic_max(max_ptr + offs_r, tl.max(largest, axis=0), mask=row_mask)
@@ -302,9 +311,15 @@ def _line_exact_bits(max_ptr, lowest_ptr, bits_ptr, top_ptr, rows, BLOCK: tl.con
     top = frexp_exponent(row_max)
     tl.store(bits_ptr + offs, tl.where(row_max > 0, top - tl.load(lowest_ptr + offs, mask=mask, other=0), 0),
              mask=mask)
-    # torch.frexp's exponent: 0 for a zero, an inf or a NaN maximum.
+    tl.store(top_ptr + offs, row_top(row_max), mask=mask)
+
+
+@triton.jit
+def row_top(row_max):
+    """torch.frexp's exponent of a row's largest |x|: its top, 0 for a zero, an inf or a NaN
+    maximum."""
     finite = row_max.to(tl.int64, bitcast=True) < _INF_PATTERN
-    tl.store(top_ptr + offs, tl.where((row_max > 0) & finite, top, 0), mask=mask)
+    return tl.where((row_max > 0) & finite, frexp_exponent(row_max), 0)
 
 
 @triton.jit

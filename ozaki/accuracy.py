@@ -53,7 +53,8 @@ with its own maxima (:func:`fp64_statistics` reads the bound at once).  On a GPU
 of the code product run as the Triton passes of ``kernels.accuracy``, and so do the per-line
 steps between them (window tops, levels), which give these torch functions' integers and floats
 bit for bit, and the code GEMM runs on the plane GEMM kernel
-(``torch._int_mm`` on the torch path): exact integers either way.
+(``torch._int_mm`` on the torch path): exact integers either way.  Where A's rows are
+K-contiguous on one device, :func:`row_reading` makes A's reads and its extents in one launch.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ from .agreement import ONE_DEVICE, Agreement, extremes
 from .scaling import Extents
 
 __all__ = ["CODE_LEVELS", "FP64_GUARD", "MAX_K", "UNBOUNDED", "CodeSums", "MagnitudeBound", "fp64_reading",
-           "fp64_statistics", "lower_abs_product_codes", "upper_abs_product_codes"]
+           "fp64_statistics", "lower_abs_product_codes", "row_reading", "upper_abs_product_codes"]
 
 # The guard g the rule starts from (a plan keeps more where its moduli pay for it).
 FP64_GUARD = 4
@@ -280,9 +281,27 @@ def fp64_statistics(a: torch.Tensor, bt: torch.Tensor, extents_a: Extents, exten
     return level_a, level_b, MagnitudeBound.from_code_sums(*extremes("max", [[line] for line in sums], 0), k)
 
 
+def row_reading(a: torch.Tensor, n: int, agreement: Agreement = ONE_DEVICE) -> accuracy_kernels.RowReading | None:
+    """What :func:`fp64_reading` and the planning read of A (M, K) for a product with N
+    columns, extents included, in one Triton launch (``kernels.accuracy.row_reading_kernel``)
+    where that launch can make it: A's rows K-contiguous, one device (a mesh agrees the sums
+    before the window tops), K ≤ MAX_K.  None elsewhere: the separate passes read it."""
+    m, k = a.shape[-2:]
+    if agreement is not ONE_DEVICE or k > MAX_K or (a.stride(-1) != 1 and k > 1):
+        return None
+    pad_m, pad_k, _ = _gemm_shape(m, k, n, a.device)
+    return accuracy_kernels.row_reading_kernel(a, _sum_levels(k), (pad_m, pad_k))
+
+
+def _sum_levels(k: int) -> int:
+    """W of the upper sums for a product of depth K: U ≤ K·2^W stays below 2^53."""
+    return min(_SUM_LEVELS, 52 - k.bit_length())
+
+
 def fp64_reading(a: torch.Tensor, bt: torch.Tensor, extents_a: Extents, extents_b: Extents,
                  agreement: Agreement = ONE_DEVICE, *, kernels: bool = False,
-                 tops: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor, CodeSums]:
+                 tops: tuple[torch.Tensor, torch.Tensor] | None = None,
+                 row_a: accuracy_kernels.RowReading | None = None) -> tuple[torch.Tensor, torch.Tensor, CodeSums]:
     """What "fp64" reads of A (M, K) and Bᵀ (N, K): the bits p_i each row of A and of Bᵀ needs
     for the bound of the module docstring with g = 0 (:data:`UNBOUNDED` where no lower bound
     of |A||B| reaches it; a row keeps min(level + g, lossless width) bits for guard g), and the
@@ -292,23 +311,29 @@ def fp64_reading(a: torch.Tensor, bt: torch.Tensor, extents_a: Extents, extents_
     product.  ``kernels`` runs the passes over the operands and the code product on Triton
     (``kernels.accuracy``, the same bits).  ``tops``: each row's top (torch.frexp's exponent of
     its maximum) of A and of Bᵀ where the caller has them (``kernels.scaling.exact_bits_kernel``
-    makes them with the lossless widths), else computed here."""
+    makes them with the lossless widths), else computed here.  ``row_a``: A's reading made
+    already by :func:`row_reading` (whose extents are ``extents_a``), the same integers as
+    the passes it spares."""
     _, k, _ = agreement.whole_shape(a.shape[-2], a.shape[-1], bt.shape[-2])
     if k > UPPER_MAX_K:
         raise ValueError(f"accuracy='fp64' takes K up to {UPPER_MAX_K} (its code sums of squares are int64), got "
                          f"K = {k}: split K into products of at most that many and add them")
     m, n = a.shape[-2], bt.shape[-2]
     pad_m, pad_k, pad_n = _gemm_shape(m, a.shape[-1], n, a.device)
-    levels = min(_SUM_LEVELS, 52 - k.bit_length())
+    levels = _sum_levels(k)
     top_a, top_b = tops or (_tops(extents_a), _tops(extents_b))
-    upper_a, upper_b = _upper_reading(a, top_a, levels, kernels), _upper_reading(bt, top_b, levels, kernels)
+    upper_a = row_a.upper if row_a is not None else _upper_reading(a, top_a, levels, kernels)
+    upper_b = _upper_reading(bt, top_b, levels, kernels)
     if k > MAX_K:
         # Past the K the derivation covers, every row keeps its lossless width.
         level_a = torch.full(a.shape[:-1], UNBOUNDED, dtype=torch.int64, device=a.device)
         level_b = torch.full(bt.shape[:-1], UNBOUNDED, dtype=torch.int64, device=bt.device)
     else:
         u_a, u_b = (agreement.sum_over_k(upper.sums, bound=k << levels) for upper in (upper_a, upper_b))
-        if kernels:
+        if row_a is not None:
+            r_a, offset_a = row_a.window_top, row_a.window_offset
+            ((r_b, offset_b),) = accuracy_kernels.window_tops_kernel((top_b, u_b), k=k, levels=levels)
+        elif kernels:
             (r_a, offset_a), (r_b, offset_b) = accuracy_kernels.window_tops_kernel((top_a, u_a), (top_b, u_b), k=k,
                                                                                    levels=levels)
         else:
@@ -316,7 +341,8 @@ def fp64_reading(a: torch.Tensor, bt: torch.Tensor, extents_a: Extents, extents_
             offset_a, offset_b = r_a - top_a, r_b - top_b
         # L_ij ≥ 2^(r_i + r_j − 2D)·G_ij and S^B_j ≤ 2^(top_j − W)·U_j: the first condition reads
         # 2^-p_i ≤ 2^(h − 53 − g + r_i − top_i − 2D + W)·min_j G_ij·2^(r_j − top_j)/U_j.
-        codes_a, codes_b = _lower_codes(a, r_a, (pad_m, pad_k), kernels), _lower_codes(bt, r_b, (pad_n, pad_k), kernels)
+        codes_a = row_a.codes if row_a is not None else _lower_codes(a, r_a, (pad_m, pad_k), kernels)
+        codes_b = _lower_codes(bt, r_b, (pad_n, pad_k), kernels)
         g = agreement.sum_over_k(_code_product(codes_a, codes_b, m, n, k, kernels), bound=k * CODE_MAX**2)
         if kernels:
             least_a, least_b = accuracy_kernels.least_quotients_kernel(g, u_a, offset_a, u_b, offset_b)

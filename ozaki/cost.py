@@ -181,7 +181,10 @@ def _decode_traffic(m: int, n: int, moduli: int) -> float:
 def _plan_traffic(m: int, k: int, n: int) -> float:
     # Three reads of A and B (extents, which also show NaN and inf; the upper sums; the lower
     # codes) and the lower codes written, one byte an entry; the code GEMM's int32 product
-    # written and read again by the quotient pass.
+    # written and read again by the quotient pass.  A's three are one launch since
+    # kernels.accuracy.row_reading_kernel, whose later walks hit L2 in part; H200_RECORD and
+    # the fitted efficiency predate it, so the model keeps three reads until refitted on an
+    # H200 (meanwhile it overestimates the plan by at most A's saving: 1.25 ms at 16384 on an H100).
     return (m * k + k * n) * (3 * 8 + 1) + m * n * 2 * 4
 
 

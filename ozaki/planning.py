@@ -20,6 +20,7 @@ from typing import Callable, Union
 import torch
 
 from kernels import scaling as scaling_kernels
+from kernels.accuracy import RowReading
 from kernels.float64 import FRACTION_BITS, MAX_EXPONENT, MIN_NORMAL_EXPONENT, SIGNIFICAND_BITS
 
 from . import bands, catalog, cost
@@ -165,11 +166,14 @@ def kernels_available(device: torch.device) -> bool:
     return device.type == "cuda"
 
 
-def _extents(a: torch.Tensor, bt: torch.Tensor) -> tuple[Extents, Extents]:
+def _extents(a: torch.Tensor, bt: torch.Tensor, row_a: RowReading | None = None) -> tuple[Extents, Extents]:
     """What stage 1 reads of the rows of A and of Bᵀ (:func:`ozaki.scaling.row_extents`): with
     Triton in one pass of ``kernels.scaling`` each (for Bᵀ, B's columns in place: no transposed
     copy), the same integers, so the same bits, shifts, p, q and plan.  A device of a mesh may
-    hold no row: its pass launches nothing."""
+    hold no row: its pass launches nothing.  ``row_a``: A's extents read already, with the rest
+    of its "fp64" reading (ozaki.accuracy.row_reading)."""
+    if row_a is not None:
+        return row_a.extents, scaling_kernels.row_extents_kernel(bt)[0]
     if kernels_available(a.device):
         return scaling_kernels.row_extents_kernel(a, bt)
     return row_extents(a), row_extents(bt)
@@ -567,8 +571,10 @@ class _Side:
 def _sides(a: torch.Tensor, bt: torch.Tensor, accuracy: Accuracy,
            agreement: Agreement) -> tuple[_Side, _Side, fp64_rule.CodeSums | None]:
     """The two sides of one product and, under "fp64", the code sums of its bound on |A'||B'|."""
-    extents_a, extents_b = agreement.extents(*_extents(a, bt))
     kernels = kernels_available(a.device)
+    # Under "fp64" on Triton, A's three passes in one launch where it can make them.
+    row_a = fp64_rule.row_reading(a, bt.shape[0], agreement) if kernels and accuracy == "fp64" else None
+    extents_a, extents_b = agreement.extents(*_extents(a, bt, row_a))
     if kernels:
         # The lossless widths and the tops of both sides in one launch, where six were.
         (lossless_a, top_a), (lossless_b, top_b) = scaling_kernels.exact_bits_kernel(extents_a, extents_b)
@@ -580,7 +586,7 @@ def _sides(a: torch.Tensor, bt: torch.Tensor, accuracy: Accuracy,
                 _Side(extents_b, _kept(lossless_b, accuracy), lossless_b), None)
     # As extents: the Triton passes on CUDA tensors, the same integers and floats as torch's.
     level_a, level_b, sums = fp64_rule.fp64_reading(a, bt, extents_a, extents_b, agreement, kernels=kernels,
-                                                    tops=tops)
+                                                    tops=tops, row_a=row_a)
     # Each line keeps min(level + FP64_GUARD, lossless) bits, which the summary's launch sets
     # as it reads them (_summary): two launches fewer per side.
     return (_Side(extents_a, torch.empty_like(level_a), lossless_a, level_a),

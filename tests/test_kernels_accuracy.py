@@ -22,8 +22,8 @@ import ozaki
 import ozaki.catalog
 from kernels.accuracy import (UNBOUNDED, least_quotients_kernel, levels_kernel, lower_codes_kernel,
                               reference_least_quotients, reference_levels, reference_lower_codes,
-                              reference_upper_reading, reference_window_tops, upper_reading_kernel,
-                              window_tops_kernel)
+                              reference_upper_reading, reference_window_tops, row_reading_kernel,
+                              upper_reading_kernel, window_tops_kernel)
 from kernels.scaling import reference_row_extents
 from ozaki import accuracy, pipeline, planning
 from ozaki.agreement import Agreement
@@ -136,6 +136,55 @@ def test_operand_passes_equal_the_torch_path_on_any_finite_rows(rows, k, data, c
     # Any window at or below the top, down to where every code is 127 or 0.
     window = top + shift
     assert torch.equal(lower_codes_kernel(x, window, padded), accuracy._lower_codes(x, window, padded, kernels=False))
+
+
+# The row reading's launches: the default, tiles that split K and rows, one entry a tile.
+ROW_READINGS = {"default": {}, "small-tiles": {"block": (16, 2), "num_warps": 1},
+                "one-entry-tiles": {"block": (1, 1), "num_warps": 1}, "wide": {"block": (512, 4), "num_warps": 4}}
+
+
+def _torch_row_reading(x: torch.Tensor):
+    """What the torch path reads of A's rows, in the order of kernels.accuracy.RowReading."""
+    top, levels, padded = _read(x)
+    upper = accuracy._upper_reading(x, top, levels, kernels=False)
+    window = accuracy._window_tops(top, upper.sums, x.shape[1], levels)
+    return (reference_row_extents(x), upper, window, window - top,
+            accuracy._lower_codes(x, window, padded, kernels=False)), levels, padded
+
+
+def _same_row_reading(got, want) -> bool:
+    (extents, upper, window, offset, codes), (want_extents, want_upper, want_window, want_offset, want_codes) = got, want
+    return (torch.equal(_bits(extents.row_max), _bits(want_extents.row_max))
+            and torch.equal(extents.lowest_bit, want_extents.lowest_bit) and _same_reading(upper, want_upper)
+            and all(torch.equal(g, w) for g, w in ((window, want_window), (offset, want_offset), (codes, want_codes))))
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("kind", FAMILIES)
+def test_row_reading_is_the_separate_passes(kind, shape):
+    # A's extents, upper reading, window tops and lower codes from one launch: the torch path's.
+    x = _layout(_family(np.random.default_rng(zlib.crc32(f"{kind}-{shape}".encode())), shape, kind), "rows")
+    want, levels, padded = _torch_row_reading(x)
+    assert _same_row_reading(row_reading_kernel(x, levels, padded), want)
+
+
+@pytest.mark.parametrize("config", sorted(ROW_READINGS))
+def test_row_reading_is_the_same_in_any_launch(config):
+    rng = np.random.default_rng(zlib.crc32(config.encode()))
+    x = _layout(np.concatenate([_family(rng, (2, 37), kind) for kind in FAMILIES]), "rows")[:, 1:]  # rows apart
+    want, levels, padded = _torch_row_reading(x)
+    assert _same_row_reading(row_reading_kernel(x, levels, padded, **ROW_READINGS[config]), want)
+
+
+def test_row_reading_refuses_lanes_past_exact_float64_sums(monkeypatch):
+    # Each lane sums K / BLOCK_K codes in float64 integers, exact up to _EXACT_CHUNK of them.
+    monkeypatch.setattr(kernels.accuracy, "_EXACT_CHUNK", 4)
+    x = _layout(_family(np.random.default_rng(3), (2, 40), "phi0.5"), "rows")
+    _, levels, padded = _read(x)
+    with pytest.raises(ValueError, match="exact integers"):
+        row_reading_kernel(x, levels, padded, block=(8, 1))
+    want, _, _ = _torch_row_reading(x)
+    assert _same_row_reading(row_reading_kernel(x, levels, padded, block=(16, 1)), want)
 
 
 def _quotient_inputs(seed: int, m: int, n: int, dtype: torch.dtype):
@@ -264,6 +313,13 @@ def test_line_steps_equal_the_torch_path_on_any_lines(lines, data):
         (lambda x, top: lower_codes_kernel(x, top, (2, 8), block=(3, 4)), ValueError, "powers of two"),
         (lambda x, top: lower_codes_kernel(x, top, (2, 8), chunks=0), ValueError, "at least 1"),
         (lambda x, top: lower_codes_kernel(x, top, (2, 2**31)), ValueError, "below 2\\*\\*31"),
+        (lambda x, top: row_reading_kernel(x.float(), 30, (2, 8)), TypeError, "float64"),
+        (lambda x, top: row_reading_kernel(x[0], 30, (2, 8)), ValueError, r"\[rows, K\]"),
+        (lambda x, top: row_reading_kernel(x.T, 30, (2, 8)), ValueError, "K-contiguous"),
+        (lambda x, top: row_reading_kernel(x, 30, (1, 8)), ValueError, "must hold"),
+        (lambda x, top: row_reading_kernel(x, 60, (2, 8)), ValueError, "levels"),
+        (lambda x, top: row_reading_kernel(x, 30, (2, 8), block=(3, 1)), ValueError, "powers of two"),
+        (lambda x, top: row_reading_kernel(x, 30, (2, 2**31)), ValueError, "below 2\\*\\*31"),
         (lambda x, top: least_quotients_kernel(x, top, top, top, top), TypeError, "int32 or int64"),
         (lambda x, top: least_quotients_kernel(x.int(), top, top, top[:1], top), ValueError, "sums_b"),
     ],
@@ -348,18 +404,18 @@ def test_fp64_plan_and_product_keep_the_torch_bits(fused_path, monkeypatch, phi,
         want_plan = planning.plan_product(torch.from_numpy(a), torch.from_numpy(b), "fp64", "int8")
         want = ozaki.matmul(a, b, engine="int8")
     passes = []
-    for name in ("upper_reading_kernel", "lower_codes_kernel", "least_quotients_kernel", "window_tops_kernel",
-                 "levels_kernel"):
+    for name in ("row_reading_kernel", "upper_reading_kernel", "lower_codes_kernel", "least_quotients_kernel",
+                 "window_tops_kernel", "levels_kernel"):
         original = getattr(kernels.accuracy, name)
         monkeypatch.setattr(kernels.accuracy, name,
                             lambda *args, _name=name, _original=original, **options:
                             passes.append(_name) or _original(*args, **options))
     monkeypatch.setattr(pipeline, "sides_shifts", lambda *sides: pytest.fail("the plan made the shifts"))
     got = fused_path(a, b, engine="int8")
-    # Two operand passes each, one over the code product, one launch of each per-line step for
-    # both sides: the kernel path ran.
-    assert sorted(passes) == sorted(["upper_reading_kernel"] * 2 + ["lower_codes_kernel"] * 2
-                                    + ["least_quotients_kernel", "window_tops_kernel", "levels_kernel"])
+    # A's reading in one launch, Bᵀ's two operand passes, one over the code product, one launch
+    # of each per-line step: the kernel path ran.
+    assert sorted(passes) == sorted(["row_reading_kernel", "upper_reading_kernel", "lower_codes_kernel",
+                                     "least_quotients_kernel", "window_tops_kernel", "levels_kernel"])
     ta, tb = (torch.from_numpy(x).to(DEVICE) for x in (a, b))
     got_plan = planning.plan_product(ta, tb, "fp64", "int8")
     assert got_plan == want_plan  # the moduli, p, q, guard and error bound

@@ -235,7 +235,8 @@ def test_accuracy_passes_read_in_vectors_and_round_as_torch_without_spills(tmp_p
     # G·F plus 0 (or inf for a line without U), rounded once as torch's product G·F is: the
     # only multiply-adds (one fused into anything else would round differently from torch).
     variants = [(kernel, operand, aligned) for kernel in ("upper", "lower") for operand in "ab"
-                for aligned in (True, False)] + [("quotients", "a", aligned) for aligned in (True, False)]
+                for aligned in (True, False)] + [(kernel, "a", aligned) for kernel in ("rows", "quotients")
+                                                 for aligned in (True, False)]
     result = _compiled(_ACCURACY_SCRIPT, json.dumps(variants), tmp_path)
     assert isinstance(result, dict), result.stderr[-4000:]
     for kernel, operand, aligned in variants:
@@ -252,15 +253,18 @@ def test_accuracy_passes_read_in_vectors_and_round_as_torch_without_spills(tmp_p
             assert not re.search(r"\b(?:mad|add|sub)\.\w+\.f64\b", text), name
             assert ("ld.global.v4.b32" in text) == aligned, name
             continue
-        assert ".entry _codes_kernel" in text
+        # The row reading makes both passes in one kernel: it stores its codes as the lower
+        # pass does, and its lines' results with plain stores, no atomic (a program holds whole rows).
+        assert f".entry {'_row_reading_kernel' if kernel == 'rows' else '_codes_kernel'}" in text, name
         assert ("ld.global.v2.b64" in text) == aligned, name
-        assert bool(re.search(r"st\.global\.v[24]\.b32", text)) == (aligned and kernel == "lower"), name
-        assert ("st.global" in text) == (kernel == "lower"), name
+        assert bool(re.search(r"st\.global\.v[24]\.b32", text)) == (aligned and kernel != "upper"), name
+        assert ("st.global" in text) == (kernel != "upper"), name
         # The upper pass rounds its codes up and sums U, the codes and their squares per row
         # (one int64 atomic each per chunk); the lower pass rounds down and sums nothing.
         # Both round by adds, none by a conversion instruction (a quarter of the float64 rate).
         assert "add.f64" in text and not re.search(r"\bcvt\.r\w+\.f64\.f64\b", text), name
-        assert (len(re.findall(r"atom\.global\S*\.add\.u64", text)) > 0) == (kernel == "upper")
+        assert (len(re.findall(r"atom\.global\S*\.add\.u64", text)) > 0) == (kernel == "upper"), name
+        assert kernel != "rows" or "atom." not in text, name
 
 
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET", "0") in ("", "0"), reason="a refusal of the interpreter only")

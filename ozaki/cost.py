@@ -15,10 +15,10 @@ float64 operands and writes one plane value per entry and plane; the products wr
 byte residue per entry and modulus, which the decode reads back before writing the float64
 result.  Each stage's fixed part is what it costs whatever the size (launches, host reads,
 lookups); the stages are as timed between synchronisations, and the overlap is what a whole
-call hides of them.  The efficiencies, fixed parts, overlap and DGEMM's rate are fitted to the
-H200's recorded runs (:data:`H200_RECORD`), the plane rate to what they reached on the
-arithmetic; other devices take their datasheet figures (:data:`DEVICES`) times the H200's
-efficiencies.  Nothing is timed at call
+call hides of them.  The efficiencies, fixed parts, overlap and DGEMM's rate are fitted to a
+device's recorded runs where it has them (:data:`RECORDS`: the H200's and the H100's), the
+plane rate to what they reached on the arithmetic; other devices take their datasheet figures
+(:data:`DEVICES`) times the H200's efficiencies.  Nothing is timed at call
 time: the same shape on the same device always gets the same prediction, so a choice made
 from it never changes a result's bits from run to run.
 
@@ -34,8 +34,9 @@ from functools import cache
 from typing import NamedTuple
 
 __all__ = [
-    "DEVICES", "EMULATION_MARGIN", "H200_RECORD", "PLANNED_SHARE", "RESIDUE_BYTES", "Device", "Prediction", "Profile",
-    "Verdict", "dgemm_seconds", "predict", "profile_for", "stream_rows", "verdict", "workspace_bytes",
+    "DEVICES", "EMULATION_MARGIN", "H100_RECORD", "H200_RECORD", "PLANNED_SHARE", "RECORDS", "RESIDUE_BYTES", "Device",
+    "Prediction", "Profile", "Verdict", "dgemm_seconds", "predict", "profile_for", "stream_rows", "verdict",
+    "workspace_bytes",
 ]  # fmt: skip
 
 
@@ -103,9 +104,27 @@ H200_RECORD = {
     (4096, 65536, 4096): (16, 0.00621, 0.00552, 0.02455, 0.00060, 0.03541, 0.04158),
 }
 
+# benchmarks/RESULTS.md, "2026-12-05 19:10–19:11 UTC, one H100: the cost model's record": the same sweep and
+# columns as H200_RECORD, on one H100 80GB HBM3 (the 24576³ shape left out), each the mean of two runs'
+# medians on one machine, with A's reading in one launch (kernels.accuracy.row_reading_kernel).
+H100_RECORD = {
+    (4096, 4096, 4096): (16, 0.000988, 0.0005013, 0.001798, 0.0002873, 0.003241, 0.002294),
+    (6144, 6144, 6144): (16, 0.001362, 0.0008933, 0.005396, 0.0005363, 0.007379, 0.008244),
+    (7168, 7168, 7168): (16, 0.001803, 0.001151, 0.008268, 0.0006736, 0.01116, 0.01333),
+    (8192, 8192, 8192): (16, 0.002275, 0.001439, 0.01192, 0.0008303, 0.01606, 0.01965),
+    (10240, 10240, 10240): (16, 0.004279, 0.002347, 0.02679, 0.00145, 0.03162, 0.03918),
+    (12288, 12288, 12288): (16, 0.006021, 0.003161, 0.04287, 0.001877, 0.05358, 0.06698),
+    (16384, 16384, 16384): (16, 0.01187, 0.005486, 0.09888, 0.003205, 0.124, 0.159),
+    (65536, 4096, 256): (16, 0.002394, 0.002478, 0.002174, 0.0002994, 0.006461, 0.002447),
+    (4096, 65536, 4096): (16, 0.006602, 0.005487, 0.02704, 0.0003472, 0.03684, 0.04163),
+}
+
+# The devices whose profile is fitted to their own record (the others are projected from the H200's).
+RECORDS = {"h200": H200_RECORD, "h100": H100_RECORD}
+
 
 class _RecordedRun(NamedTuple):
-    """One entry of :data:`H200_RECORD`: moduli, then seconds."""
+    """One entry of a record (:data:`RECORDS`): moduli, then seconds."""
 
     moduli: int
     plan: float
@@ -182,9 +201,10 @@ def _plan_traffic(m: int, k: int, n: int) -> float:
     # Three reads of A and B (extents, which also show NaN and inf; the upper sums; the lower
     # codes) and the lower codes written, one byte an entry; the code GEMM's int32 product
     # written and read again by the quotient pass.  A's three are one launch since
-    # kernels.accuracy.row_reading_kernel, whose later walks hit L2 in part; H200_RECORD and
-    # the fitted efficiency predate it, so the model keeps three reads until refitted on an
-    # H200 (meanwhile it overestimates the plan by at most A's saving: 1.25 ms at 16384 on an H100).
+    # kernels.accuracy.row_reading_kernel, whose later walks hit L2 in part: the traffic stays a
+    # measure of the work, and each record's fitted efficiency says how fast it ran (H100_RECORD
+    # was taken with the one launch; H200_RECORD before it, so the H200's profile overestimates
+    # the plan by up to A's saving, 1.25 ms at 16384 on an H100, until refitted).
     return (m * k + k * n) * (3 * 8 + 1) + m * n * 2 * 4
 
 
@@ -315,9 +335,10 @@ def _fitted(points: list[tuple[float, float]]) -> tuple[float, float]:
     return 1 / slope, fixed
 
 
-def _h200_fit() -> tuple[float, float, dict, float, float, float]:
+@cache
+def _fit(key: str) -> tuple[float, float, dict, float, float, float]:
     """(DGEMM rate, int8 plane rate, fixed seconds per stage and the overlap, plan, encode and decode
-    efficiency) from :data:`H200_RECORD`, each by least squares of the relative error over every
+    efficiency) from the record of device ``key`` (:data:`RECORDS`), each by least squares of the relative error over every
     recorded call: each stage as a fixed part plus its traffic (for the products, its arithmetic)
     at one rate, fitted to the stage's times; the plan's traffic is its time less the code GEMM at
     the products' rate; the overlap, one constant, fitted to the whole calls' times less the
@@ -325,15 +346,15 @@ def _h200_fit() -> tuple[float, float, dict, float, float, float]:
     held to the power cap: no one shape's rate stands for the rest).  The model aims at the
     measured times (benchmarks/RESULTS.md compares it with each run), neither flattering the
     emulation nor DGEMM; the tests hold every recorded call to a fifth of its time."""
-    h200 = DEVICES["h200"]
-    runs = {shape: _RecordedRun(*entry) for shape, entry in H200_RECORD.items()}
+    device = DEVICES[key]
+    runs = {shape: _RecordedRun(*entry) for shape, entry in RECORDS[key].items()}
 
     def through(work, seconds) -> tuple[float, float]:
         # Both take (m, k, n) and the recorded run.
         return _fitted([(work(*shape, run), seconds(*shape, run)) for shape, run in runs.items()])
 
     rate, products = through(lambda m, k, n, run: run.moduli * 2 * m * k * n,
-                             lambda m, k, n, run: run.products - run.moduli * m * n * RESIDUE_BYTES / h200.bandwidth)
+                             lambda m, k, n, run: run.products - run.moduli * m * n * RESIDUE_BYTES / device.bandwidth)
     plan, plan_fixed = through(lambda m, k, n, run: _plan_traffic(m, k, n),
                                lambda m, k, n, run: run.plan - _CODE_GEMMS * 2 * m * k * n / rate)
     encode, encode_fixed = through(lambda m, k, n, run: _encode_traffic(m, k, n, run.moduli, 1.0),
@@ -341,8 +362,8 @@ def _h200_fit() -> tuple[float, float, dict, float, float, float]:
     decode, decode_fixed = through(lambda m, k, n, run: _decode_traffic(m, n, run.moduli),
                                    lambda m, k, n, run: run.decode)
     fixed = {"plan": plan_fixed, "encode": encode_fixed, "products": products, "decode": decode_fixed}
-    efficiencies = plan / h200.bandwidth, encode / h200.bandwidth, decode / h200.bandwidth
-    stages = Profile("fit", h200.fp64, {"int8": rate}, h200.bandwidth, *efficiencies, fixed, "")
+    efficiencies = plan / device.bandwidth, encode / device.bandwidth, decode / device.bandwidth
+    stages = Profile("fit", device.fp64, {"int8": rate}, device.bandwidth, *efficiencies, fixed, "")
     # The overlap o minimises Σ ((S − o) / t − 1)² for the stages' predicted sum S and the call's t.
     calls = [(predict(stages, *shape, digits="int8", planes=run.moduli, moduli=run.moduli).total, run.call)
              for shape, run in runs.items()]
@@ -356,13 +377,16 @@ def _h200_fit() -> tuple[float, float, dict, float, float, float]:
 @cache
 def _profile(key: str) -> Profile:
     device = DEVICES[key]
-    h200 = DEVICES["h200"]
-    dgemm_rate, rate, fixed, plan, encode, decode = _h200_fit()
-    # The H200's fraction of its datasheet rate, carried to this device's datasheet rates (every
+    # A device without a record of its own is projected from the H200's.
+    measured = key if key in RECORDS else "h200"
+    reference = DEVICES[measured]
+    dgemm_rate, rate, fixed, plan, encode, decode = _fit(measured)
+    # The measured fraction of the datasheet rate, carried to this device's datasheet rates (every
     # digit set at int8's measured fraction: the auto engine runs int8 plans only).
-    tensor = rate / h200.rates["int8"]
-    fp64 = dgemm_rate / h200.fp64
-    calibration = "measured (benchmarks/RESULTS.md)" if key == "h200" else "datasheet × H200's measured efficiencies"
+    tensor = rate / reference.rates["int8"]
+    fp64 = dgemm_rate / reference.fp64
+    calibration = ("measured (benchmarks/RESULTS.md)" if key in RECORDS
+                   else "datasheet × H200's measured efficiencies")
     return Profile(
         name=device.name, fp64=fp64 * device.fp64,
         rates={d: None if r is None else tensor * r for d, r in device.rates.items()},

@@ -1,5 +1,5 @@
-"""ozaki.cost and the native-DGEMM fallback: predictions are sane and reproduce the H200
-record they were calibrated on; engine="auto" with accuracy="fp64" on a GPU runs native
+"""ozaki.cost and the native-DGEMM fallback: predictions are sane and reproduce each device's
+record they were calibrated on (the H200's and the H100's); engine="auto" with accuracy="fp64" on a GPU runs native
 float64 matmul where the model says so and logs why; "exact", a number of bits and an
 explicit engine never do.  GPU paths are exercised on the CPU by handing the pipeline the
 H200's profile (the decision reads nothing else of the device)."""
@@ -26,10 +26,14 @@ def test_profiles_are_keyed_by_name_and_capability():
     assert cost.profile_for("NVIDIA A100-SXM4-80GB", (8, 0)).name == "A100"
     assert cost.profile_for("NVIDIA H200", (8, 0)) is None  # a name that does not fit its capability
     assert cost.profile_for("NVIDIA GeForce RTX 4090", (8, 9)) is None
-    # The H200 profile is the record itself: DGEMM's rate fitted to its recorded times (between
-    # the slowest and the fastest shape's), datasheet bandwidth.
-    rates = [2 * m * k * n / entry[-1] for (m, k, n), entry in cost.H200_RECORD.items()]
-    assert min(rates) < H200.fp64 < max(rates) and H200.bandwidth == 4.8e12
+    # A recorded device's profile is its record: DGEMM's rate fitted to its recorded times
+    # (between the slowest and the fastest shape's), datasheet bandwidth, its own efficiencies.
+    h100 = cost.profile_for("NVIDIA H100 80GB HBM3", (9, 0))
+    for profile, record, bandwidth in [(H200, cost.H200_RECORD, 4.8e12), (h100, cost.H100_RECORD, 3.35e12)]:
+        rates = [2 * m * k * n / entry[-1] for (m, k, n), entry in record.items()]
+        assert min(rates) < profile.fp64 < max(rates) and profile.bandwidth == bandwidth
+        assert profile.source.startswith(f"{profile.name}: measured")
+    assert h100.encode_efficiency != H200.encode_efficiency and h100.overhead != H200.overhead
     # Other devices: datasheet figures times the H200's efficiencies.
     b200 = cost.profile_for("NVIDIA B200", (10, 0))
     assert b200.fp64 == pytest.approx(40e12 * H200.fp64 / 67e12)
@@ -38,27 +42,28 @@ def test_profiles_are_keyed_by_name_and_capability():
     assert b200.plan_efficiency == H200.plan_efficiency
 
 
-@pytest.mark.parametrize("shape", list(cost.H200_RECORD))
-def test_h200_model_against_its_record(shape):
+@pytest.mark.parametrize(("key", "shape"), [(key, shape) for key, record in cost.RECORDS.items() for shape in record])
+def test_model_against_its_record(key, shape):
     # Calibrated on the record: DGEMM's time within a tenth; where the recorded call lies
     # within half again of DGEMM's (where a verdict could turn on it), its whole time within a
     # tenth and each stage within a quarter (the fit weighs every call's relative error alike),
     # a stage under a fiftieth of its call, which moves the call by under 1%, within a third;
     # further off, the call within a fifth, the model's aim, and each stage within a third (the
-    # host-bound 4096³ and 65536×4096×256 calls, 1.8 and 2.7 times DGEMM's, are predicted 11%
-    # under and 15% over, 4096³'s plan, the host's launches, 28% under); and the verdict the
+    # host-bound 4096³ and 65536×4096×256 calls, 1.8 and 2.7 times DGEMM's on the H200, are
+    # predicted 11% under and 15% over, 4096³'s plan, the host's launches, 28% under); and the verdict the
     # measured one wherever the emulation and DGEMM differ by more than a fifth; where it
     # emulates, the recorded call beat DGEMM.
     m, k, n = shape
-    moduli, *stages, call, dgemm = cost.H200_RECORD[shape]
-    got = cost.predict(H200, m, k, n, digits="int8", planes=moduli, moduli=moduli)
+    profile = cost._profile(key)
+    moduli, *stages, call, dgemm = cost.RECORDS[key][shape]
+    got = cost.predict(profile, m, k, n, digits="int8", planes=moduli, moduli=moduli)
     near = max(call, dgemm) < 1.5 * min(call, dgemm)
     assert got.total == pytest.approx(call, rel=0.1 if near else 0.2)
-    assert cost.dgemm_seconds(H200, m, k, n) == pytest.approx(dgemm, rel=0.1)
+    assert cost.dgemm_seconds(profile, m, k, n) == pytest.approx(dgemm, rel=0.1)
     for predicted, recorded in zip([got.plan, got.encode, got.products, got.decode], stages):
         assert predicted == pytest.approx(recorded, rel=0.25 if near and recorded >= call / 50 else 1 / 3)
     assert got.total == pytest.approx(got.plan + got.encode + got.products + got.decode - got.overlap)
-    verdict = cost.verdict(H200, m, k, n, digits="int8", planes=moduli, moduli=moduli)
+    verdict = cost.verdict(profile, m, k, n, digits="int8", planes=moduli, moduli=moduli)
     if max(call, dgemm) > 1.2 * min(call, dgemm):
         assert verdict.native == (call > dgemm)
     if not verdict.native:

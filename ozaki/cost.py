@@ -337,15 +337,15 @@ def _fitted(points: list[tuple[float, float]]) -> tuple[float, float]:
 
 @cache
 def _fit(key: str) -> tuple[float, float, dict, float, float, float]:
-    """(DGEMM rate, int8 plane rate, fixed seconds per stage and the overlap, plan, encode and decode
-    efficiency) from the record of device ``key`` (:data:`RECORDS`), each by least squares of the relative error over every
-    recorded call: each stage as a fixed part plus its traffic (for the products, its arithmetic)
-    at one rate, fitted to the stage's times; the plan's traffic is its time less the code GEMM at
-    the products' rate; the overlap, one constant, fitted to the whole calls' times less the
-    stages' predictions; DGEMM, one rate, to its times (cuBLAS runs slower on the larger shapes,
-    held to the power cap: no one shape's rate stands for the rest).  The model aims at the
-    measured times (benchmarks/RESULTS.md compares it with each run), neither flattering the
-    emulation nor DGEMM; the tests hold every recorded call to a fifth of its time."""
+    """(DGEMM rate, int8 plane rate, fixed seconds per stage and the overlap, plan, encode and
+    decode efficiency) from the record of device ``key`` (:data:`RECORDS`), each by least squares
+    of the relative error over every recorded call: each stage as a fixed part plus its traffic
+    (for the products, its arithmetic) at one rate, fitted to the stage's times; the plan's traffic
+    is its time less the code GEMM at the products' rate; the overlap, one constant, fitted to the
+    whole calls' times less the stages' predictions; DGEMM, one rate, to its times (cuBLAS runs
+    slower on the larger shapes, held to the power cap: no one shape's rate stands for the rest).
+    The model aims at the measured times (benchmarks/RESULTS.md compares it with each run), neither
+    flattering the emulation nor DGEMM; the tests hold every recorded call to a fifth of its time."""
     device = DEVICES[key]
     runs = {shape: _RecordedRun(*entry) for shape, entry in RECORDS[key].items()}
 

@@ -1,8 +1,8 @@
-"""ozaki.cost and the native-DGEMM fallback: predictions are sane and reproduce each device's
-record they were calibrated on (the H200's and the H100's); engine="auto" with accuracy="fp64" on a GPU runs native
-float64 matmul where the model says so and logs why; "exact", a number of bits and an
-explicit engine never do.  GPU paths are exercised on the CPU by handing the pipeline the
-H200's profile (the decision reads nothing else of the device)."""
+"""ozaki.cost and the native-DGEMM fallback: predictions are sane and reproduce each recorded
+device's runs they were calibrated on (the H200's and the H100's); engine="auto" with
+accuracy="fp64" on a GPU runs native float64 matmul where the model says so and logs why;
+"exact", a number of bits and an explicit engine never do.  GPU paths are exercised on the CPU
+by handing the pipeline the H200's profile (the decision reads nothing else of the device)."""
 
 from __future__ import annotations
 

@@ -84,24 +84,25 @@ DEVICES = {
 # reads FP4 two to a byte.
 PLANE_BYTES = {"int8": 1.0, "fp8": 1.0, "fp4": 0.5, "int4": 0.5, "reference": 8.0}
 
-# benchmarks/RESULTS.md, "2026-12-04 14:05–14:53 UTC, one H200 per run: the plan's read overlapped": ozaki.matmul
-# with the int8 engine, accuracy fp64, phi = 0.5; per (M, K, N): the plan's moduli, the seconds of (plan,
-# encode, products, decode) each timed between synchronisations, of the whole call, and of DGEMM in the same
-# run: each the mean of the sweep's two runs' medians on one machine, but 4096³'s call (the second run's: the
-# first run's first shape ran cold, its call 5.81 ms against 4.04) and 24576³ (run once, on another
-# machine).  A call of a shape planned before starts its encodes while the plan's read is in flight
+# benchmarks/RESULTS.md, "2026-12-06 04:09–04:11 UTC, one H200: the cost model's record": ozaki.matmul with the
+# int8 engine, accuracy fp64, phi = 0.5; per (M, K, N): the plan's moduli, the seconds of (plan, encode, products,
+# decode) each timed between synchronisations (one call each), of the whole call, and of DGEMM in the same run:
+# each the median of four runs on one machine (two sweeps and the int8 rows of two `auto` benches; 10240³ and
+# 24576³, in the sweeps only, the mean of two), with A's reading in one launch (kernels.accuracy.row_reading_kernel).
+# A median, as one run's stages of 4096×65536×4096 came from a slow call (summing to 42.9 ms against its run's
+# median call of 33.8).  A call of a shape planned before starts its encodes while the plan's read is in flight
 # (ozaki.planning.plan_product's ``early``), which the stages, timed between synchronisations, leave out.
 H200_RECORD = {
-    (4096, 4096, 4096): (16, 0.00184, 0.00061, 0.00211, 0.00043, 0.00404, 0.00227),
-    (6144, 6144, 6144): (16, 0.00213, 0.00108, 0.00594, 0.00083, 0.00878, 0.00785),
-    (7168, 7168, 7168): (16, 0.00197, 0.00120, 0.00888, 0.00090, 0.01204, 0.01275),
-    (8192, 8192, 8192): (16, 0.00261, 0.00159, 0.01264, 0.00120, 0.01715, 0.01915),
-    (10240, 10240, 10240): (16, 0.00413, 0.00245, 0.02448, 0.00203, 0.03251, 0.03902),
-    (12288, 12288, 12288): (16, 0.00635, 0.00349, 0.04525, 0.00286, 0.05450, 0.06719),
-    (16384, 16384, 16384): (16, 0.01314, 0.00635, 0.1056, 0.00540, 0.1256, 0.1594),
-    (24576, 24576, 24576): (16, 0.03289, 0.01158, 0.3356, 0.01032, 0.3937, 0.5815),
-    (65536, 4096, 256): (16, 0.00265, 0.00248, 0.00224, 0.00041, 0.00658, 0.00246),
-    (4096, 65536, 4096): (16, 0.00621, 0.00552, 0.02455, 0.00060, 0.03541, 0.04158),
+    (4096, 4096, 4096): (16, 0.001673, 0.0005674, 0.001923, 0.0003429, 0.003799, 0.002287),
+    (6144, 6144, 6144): (16, 0.00184, 0.0009305, 0.005392, 0.0006497, 0.007897, 0.007853),
+    (7168, 7168, 7168): (16, 0.001951, 0.001168, 0.008275, 0.0007756, 0.01122, 0.01307),
+    (8192, 8192, 8192): (16, 0.002626, 0.001579, 0.01169, 0.001049, 0.01584, 0.01967),
+    (10240, 10240, 10240): (16, 0.003862, 0.00244, 0.02733, 0.001701, 0.02967, 0.03803),
+    (12288, 12288, 12288): (16, 0.005599, 0.003031, 0.04117, 0.002015, 0.05029, 0.06609),
+    (16384, 16384, 16384): (16, 0.01149, 0.005322, 0.09683, 0.003557, 0.1172, 0.1602),
+    (24576, 24576, 24576): (16, 0.03201, 0.01127, 0.3353, 0.008061, 0.3874, 0.5657),
+    (65536, 4096, 256): (16, 0.002474, 0.002274, 0.002089, 0.0003506, 0.005995, 0.0024),
+    (4096, 65536, 4096): (16, 0.005886, 0.005099, 0.02424, 0.0005558, 0.03404, 0.04071),
 }
 
 # benchmarks/RESULTS.md, "2026-12-05 19:10–19:11 UTC, one H100: the cost model's record": the same sweep and

@@ -49,8 +49,8 @@ def test_model_against_its_record(key, shape):
     # tenth and each stage within a quarter (the fit weighs every call's relative error alike),
     # a stage under a fiftieth of its call, which moves the call by under 1%, within a third;
     # further off, the call within a fifth, the model's aim, and each stage within a third (the
-    # host-bound 4096³ and 65536×4096×256 calls, 1.8 and 2.7 times DGEMM's on the H200, are
-    # predicted 11% under and 15% over, 4096³'s plan, the host's launches, 28% under); and the verdict the
+    # host-bound 4096³ and 65536×4096×256 calls, 1.7 and 2.5 times DGEMM's on the H200, are
+    # predicted 14% under and 15% over, 4096³'s plan, the host's launches, 24% under); and the verdict the
     # measured one wherever the emulation and DGEMM differ by more than a fifth; where it
     # emulates, the recorded call beat DGEMM.
     m, k, n = shape

@@ -46,6 +46,7 @@ import triton.language as tl
 
 from kernels import ptx, scaling
 from kernels.crt import ldexp_factors
+from kernels.dispatch import launch
 from kernels.float64 import EXPONENT_BIAS, FLOAT64_EXACT, FRACTION_BITS
 
 __all__ = ["CODES_WARPS", "CODE_LEVELS", "CODE_MAX", "LINES_BLOCK", "LINES_WARPS", "LOWER_BLOCK", "QUOTIENTS_BLOCK",
@@ -221,13 +222,13 @@ def _launch_codes(x: torch.Tensor, scale: torch.Tensor, padded: tuple[int, int],
                   chunks: int | None, num_warps: int) -> None:
     # The grid covers ``padded`` (the lower codes' buffer, or x's shape); the kernel reads x
     # only within its shape.
-    launch = scaling.chunked_grid(*padded, block, chunks)
-    if launch is not None and sums is not None and launch[1] > _EXACT_CHUNK:
+    chunking = scaling.chunked_grid(*padded, block, chunks)
+    if chunking is not None and sums is not None and chunking[1] > _EXACT_CHUNK:
         # More chunks, so that each program's float64 sums stay exact.
-        launch = scaling.chunked_grid(*padded, block, max(chunks or 1, triton.cdiv(padded[1], _EXACT_CHUNK)))
-    if launch is not None:
-        grid, k_chunk = launch
-        _codes_kernel[grid](
+        chunking = scaling.chunked_grid(*padded, block, max(chunks or 1, triton.cdiv(padded[1], _EXACT_CHUNK)))
+    if chunking is not None:
+        grid, k_chunk = chunking
+        launch(_codes_kernel, grid,
             x, scale, codes, *(sums or (None, None, None)), x.shape[0], x.shape[1], padded[0], padded[1],
             x.stride(0), x.stride(1), 0 if codes is None else codes.stride(0), levels, k_chunk,
             UPPER=sums is not None, BLOCK_K=block[0], BLOCK_R=block[1], num_warps=num_warps, **ptx.LAUNCH_OPTIONS,
@@ -372,7 +373,7 @@ def row_reading_kernel(x: torch.Tensor, levels: int, padded: tuple[int, int], *,
     lines = torch.empty((7, rows), dtype=torch.int64, device=x.device)
     codes = torch.empty(padded, dtype=torch.int8, device=x.device)
     if padded[0]:
-        _row_reading_kernel[(triton.cdiv(padded[0], block_r),)](
+        launch(_row_reading_kernel, (triton.cdiv(padded[0], block_r),),
             x, *lines, codes, rows, row_k, padded[0], padded[1], x.stride(0), codes.stride(0), levels,
             row_k.bit_length(), BLOCK_K=block_k, BLOCK_R=block_r, num_warps=warps, **ptx.LAUNCH_OPTIONS,
         )
@@ -456,7 +457,7 @@ def least_quotients_kernel(g: torch.Tensor, sums_a: torch.Tensor, offset_a: torc
     # Per tile its minima; the minimum over tiles (amin) does not depend on their order.
     least_a = torch.empty((grid[1], m), dtype=torch.float64, device=device)
     least_b = torch.empty((grid[0], n), dtype=torch.float64, device=device)
-    _quotients_kernel[grid](
+    launch(_quotients_kernel, grid,
         g, sums_a, offset_a, sums_b, offset_b, least_a, least_b, m, n, g.stride(0), g.stride(1),
         BLOCK_M=block[0], BLOCK_N=block[1], num_warps=num_warps, **ptx.LAUNCH_OPTIONS,
     )

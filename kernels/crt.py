@@ -69,6 +69,7 @@ import triton
 import triton.language as tl
 
 from kernels import ptx
+from kernels.dispatch import launch
 from kernels.float64 import FLOAT64_EXACT, round_dyadic
 from kernels.moduli import check_modulus
 
@@ -721,7 +722,7 @@ def decode_residues(c: torch.Tensor, moduli: Sequence[int], row_exponent: torch.
         raise ValueError(f"flag must be an int32 tensor of shape (1,) on {device} (kernels.crt.new_flag)")
     grid = (triton.cdiv(cols, block), min(rows, _GRID_ROWS), triton.cdiv(rows, _GRID_ROWS))
     flag = flag if collected else new_flag(device)
-    _decode_kernel[grid](
+    launch(_decode_kernel, grid,
         c, row_exponent.contiguous(), col_exponent.contiguous(), out, flag,
         rows, cols, c.stride(0), c.stride(1), c.stride(2), **constexprs, num_warps=num_warps, **ptx.LAUNCH_OPTIONS,
     )

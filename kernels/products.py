@@ -52,6 +52,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from kernels import ptx
 from kernels.digits import digit_set
+from kernels.dispatch import launch
 from kernels.float64 import FLOAT64_EXACT
 from kernels import wgmma_products
 from kernels.moduli import check_modulus
@@ -700,7 +701,7 @@ def _launch(a_op: torch.Tensor, b_op: torch.Tensor, coefficients: tuple[int, ...
                               residue_bits=residue_bits, unit_coefficients=unit_coefficients, config=config,
                               programs=programs)
         return
-    _plane_gemm_kernel[(min(tiles, programs),)](
+    launch(_plane_gemm_kernel, (min(tiles, programs),),
         a_src, b_src, table, table[n_planes:], table[n_planes + len(plane_start):], out,
         m_rows, n_cols, n_groups * n_batch, n_batch, n_k_blocks, chunk_blocks, packed_k, packed_k,
         *out.stride(),

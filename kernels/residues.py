@@ -48,6 +48,7 @@ import triton.language as tl
 
 from kernels import ptx
 from kernels.crt import ldexp_factors
+from kernels.dispatch import launch
 
 __all__ = ["ENCODE_LAUNCHES", "MAX_MODULUS", "MAX_SHIFT", "compile_kernel", "compile_ptx", "encode_planes"]
 
@@ -430,7 +431,7 @@ def encode_planes(x: torch.Tensor, shift: torch.Tensor, encodings: Sequence, sid
     # The kernel flags a non-finite entry; finite x never writes the flag, nor is it read then.
     flag = _unwritten_flag(x.device) if known_finite else torch.zeros(1, dtype=torch.int32, device=x.device)
     grid = (triton.cdiv(rows, block[0]), triton.cdiv(k, block[1]))
-    _encode_kernel[grid](
+    launch(_encode_kernel, grid,
         flat, shift.reshape(rows).contiguous(), powers, tables.plane_start, tables.table, out, flag,
         rows, k, flat.stride(0), flat.stride(1), tables.table.stride(0), rows * k,
         MODULI=tables.moduli, BASES=tables.bases, COMPUTED=tables.computed, FLOAT_TILES=float_tiles,

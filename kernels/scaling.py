@@ -46,6 +46,7 @@ import triton.language as tl
 
 from kernels import ptx
 from kernels.crt import ldexp_factors
+from kernels.dispatch import launch
 from kernels.float64 import EXPONENT_BIAS, FRACTION_BITS, MAGNITUDE_MASK, SIGNIFICAND_BITS, ULP_BIAS
 
 __all__ = ["EXTENTS_LAUNCHES", "INF_PATTERN", "LINE_CAP", "MAX_GRID_Y", "MAX_WIDTH", "NO_SET_BIT",
@@ -165,13 +166,13 @@ def row_extents_kernel(*xs: torch.Tensor, block: tuple[int, int] | None = None, 
     fill = torch.empty((2, sum(x.shape[0] for x in xs)), dtype=torch.int64, device=xs[0].device)
     fill.copy_(_identities(fill.device).expand_as(fill))
     out, start = [], 0
-    for x, (launch, tile, warps) in zip(xs, launches):
+    for x, (chunking, tile, warps) in zip(xs, launches):
         rows, k = x.shape
         largest, lowest = fill[0, start:start + rows], fill[1, start:start + rows]
         start += rows
-        if launch is not None:
-            grid, k_chunk = launch
-            _extents_kernel[grid](
+        if chunking is not None:
+            grid, k_chunk = chunking
+            launch(_extents_kernel, grid,
                 x, largest, lowest, rows, k, x.stride(0), x.stride(1), k_chunk,
                 BLOCK_K=tile[0], BLOCK_R=tile[1], num_warps=warps, **ptx.LAUNCH_OPTIONS,
             )
@@ -300,8 +301,8 @@ def launch_sides(kernel, sides: list[tuple], block: int, *shared, num_warps: int
         raise ValueError(f"a line kernel takes one or two sides, got {len(sides)}")
     lines = max(side[-1] for side in sides)
     if lines:
-        kernel[(triton.cdiv(lines, block), len(sides))](*sides[0], *sides[-1], *shared, BLOCK=block,
-                                                       num_warps=num_warps, **constexprs, **ptx.LAUNCH_OPTIONS)
+        launch(kernel, (triton.cdiv(lines, block), len(sides)), *sides[0], *sides[-1], *shared, BLOCK=block,
+               num_warps=num_warps, **constexprs, **ptx.LAUNCH_OPTIONS)
 
 
 @triton.jit

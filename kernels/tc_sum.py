@@ -25,6 +25,7 @@ import triton
 import triton.language as tl
 from triton.runtime.interpreter import InterpretedFunction
 
+from kernels.dispatch import launch
 from kernels.ptx import LAUNCH_OPTIONS
 
 __all__ = [
@@ -225,7 +226,7 @@ def _tree_sum(partials):
         constants = _tree_constants(levels, partials.dtype)
         out = torch.empty((rows, groups), dtype=partials.dtype, device=partials.device)
         grid = (groups * triton.cdiv(rows, constants["BLOCK_R"]),)
-        _tree_kernel[grid](partials, out, rows, count, groups, **constants, **LAUNCH_OPTIONS)
+        launch(_tree_kernel, grid, partials, out, rows, count, groups, **constants, **LAUNCH_OPTIONS)
         partials, count, levels_left = out, groups, levels_left - levels
     return partials[:, 0]
 
@@ -260,7 +261,7 @@ def tc_sum(x, *, exact=False, **config):
     partials = torch.empty((rows, n_segments), dtype=out_dtype, device=x.device)
     total_segments = rows * n_segments
     grid = (triton.cdiv(total_segments, config["BLOCK_M"]),)
-    _tc_sum_kernel[grid](
+    launch(_tc_sum_kernel, grid,
         rows_x,
         partials,
         n,

@@ -28,6 +28,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from triton.runtime.interpreter import InterpretedFunction
 
 from kernels import ptx
+from kernels import dispatch
 from kernels.mod_reduce import fold_chunk, reduce_chunk
 
 __all__ = ["compile_kernel", "compile_ptx", "launch", "operand_layout", "supports"]
@@ -202,7 +203,7 @@ def launch(a_src: torch.Tensor, b_src: torch.Tensor, coefficients: torch.Tensor,
         raise ValueError(f"out has strides {out.stride()}: the kernel stores rows of contiguous residues")
     a_desc, b_desc = _descriptors(a_src, b_src, config.block_m, config.block_n, config.block_k)
     tiles = -(-m_rows // config.block_m) * -(-n_cols // config.block_n) * n_groups * n_batch
-    wgmma_plane_gemm_kernel[(min(tiles, programs),)](
+    dispatch.launch(wgmma_plane_gemm_kernel, (min(tiles, programs),),
         a_desc, b_desc, coefficients, moduli, out, m_rows, n_cols, n_groups * n_batch, n_batch, n_k_blocks,
         *out.stride()[:3], UNIT_COEFFICIENTS=unit_coefficients, RESIDUE_BITS=residue_bits, BLOCK_M=config.block_m,
         BLOCK_N=config.block_n,

@@ -67,7 +67,7 @@ def launch(kernel, grid: tuple[int, ...], *args, **kwargs) -> None:
     try:
         # What Triton's own key holds beside the arguments: the debug and instrumentation knobs.
         key = (device, knobs.runtime.debug, knobs.compilation.instrumentation_mode,
-               specialization(kernel.device_caches[device][3], args), *kwargs.items())
+               _specialization(kernel.device_caches[device][3], args), *kwargs.items())
         direct = _COMPILED.setdefault(kernel, {}).get(key, _MISSING)
     except (TypeError, ValueError):  # an argument the rule does not cover, or an unhashable keyword
         kernel[grid](*args, **kwargs)
@@ -88,7 +88,7 @@ def _hooked() -> bool:
                for hook in (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook))
 
 
-def specialization(backend, args: tuple) -> tuple:
+def _specialization(backend, args: tuple) -> tuple:
     """Triton's specialization of each positional argument (its type; for a pointer whether it
     is 16-byte aligned, for an int whether it is 1 or a multiple of 16), with every argument
     specialized, so at least as fine as any launch's key.  TypeError for an argument whose

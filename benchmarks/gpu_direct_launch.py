@@ -4,7 +4,7 @@ Run from the repository root on the GPU machine:
 
     PYTHONPATH=. python3 benchmarks/gpu_direct_launch.py [sizes] [rounds]      (default 4096,6144,8192 and 2)
 
-Each round runs one process with ``OZAKI_DIRECT_LAUNCH`` unset, then one with it set to 1 (the
+Each round runs one process with ``OZAKI_DIRECT_LAUNCH=0``, then one with it set to 1 (the
 switch is read at import).  A process times, per size n, ``ozaki.matmul(a, b, engine="int8")`` on
 phi = 0.5 float64 matrices (seed 1) and torch's float64 matmul: three warm calls, then the median
 and minimum of nine, each after the device has drained and 20 ms idle.  The last table row per size
@@ -55,13 +55,12 @@ def main() -> None:
     for _ in range(rounds):
         for mode in ("triton", "direct"):
             env = {**os.environ, "PYTHONPATH": os.pathsep.join([here, os.getcwd(), os.environ.get("PYTHONPATH", "")])}
-            env.pop("OZAKI_DIRECT_LAUNCH", None)
-            if mode == "direct":
-                env["OZAKI_DIRECT_LAUNCH"] = "1"
+            env["OZAKI_DIRECT_LAUNCH"] = "1" if mode == "direct" else "0"
             done = subprocess.run([sys.executable, __file__, "--child", sizes], env=env, check=True,
                                   capture_output=True, text=True)
             for line in done.stdout.split("\n"):
                 if line.strip():
+                    print(mode, line, file=sys.stderr, flush=True)  # progress, should a time limit cut the table
                     n, median, least, dgemm, check = line.split()
                     rows.setdefault((int(n), mode), []).append((float(median), float(least), float(dgemm), int(check)))
     print("| n | launches | int8 call, ms: median (min) per round | DGEMM ms | × DGEMM |")

@@ -17,11 +17,11 @@ differently (another dtype, a pointer that is not 16-byte aligned, a size that i
 a multiple of 16 or equal to 1, another constexpr) misses and goes through Triton.  The
 globals a kernel reads are module constants that are checked on each first launch.
 
-It is switched on by ``OZAKI_DIRECT_LAUNCH=1`` in the environment, and off by default until it
-has run on a GPU (benchmarks/kernels.md, "Launches without Triton's dispatch", gives the check
-and the timing to run).  Switched off, under Triton's interpreter, for anything but a JIT kernel,
-with a launch hook installed (a profiler's), or for arguments the rule does not cover, every
-launch goes through Triton as written.
+It is on by default and switched off by ``OZAKI_DIRECT_LAUNCH=0`` in the environment, read at
+import (benchmarks/kernels.md, "Launches without Triton's dispatch": the same bits as Triton's
+launches on an H100, and what it saves).  Switched off, under Triton's interpreter, for anything
+but a JIT kernel, with a launch hook installed (a profiler's), or for arguments the rule does not
+cover, every launch goes through Triton as written.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from triton.runtime.jit import JITFunction
 __all__ = ["launch"]
 
 # Direct launches only where this is "1" (see the module docstring).
-_DIRECT = os.environ.get("OZAKI_DIRECT_LAUNCH", "0") == "1"
+_DIRECT = os.environ.get("OZAKI_DIRECT_LAUNCH", "1") != "0"
 
 
 class _Direct(NamedTuple):

@@ -105,19 +105,22 @@ H200_RECORD = {
     (4096, 65536, 4096): (16, 0.005886, 0.005099, 0.02424, 0.0005558, 0.03404, 0.04071),
 }
 
-# benchmarks/RESULTS.md, "2026-12-05 19:10–19:11 UTC, one H100: the cost model's record": the same sweep and
-# columns as H200_RECORD, on one H100 80GB HBM3 (the 24576³ shape left out), each the mean of two runs'
-# medians on one machine, with A's reading in one launch (kernels.accuracy.row_reading_kernel).
+# benchmarks/RESULTS.md, "2026-12-07 00:45–00:50 UTC, one H100: launches without Triton's dispatch; `auto` at
+# 6144³": the same columns as H200_RECORD, on two H100 80GB HBM3 machines, per shape the mean of each machine's
+# figure: the 2026-12-05 19:10–19:11 machine's (the mean of two runs' medians) and the 2026-12-07 machine's (the
+# median of its one to four bench runs; 10240³, not run there, from the first machine alone), with A's reading
+# in one launch (kernels.accuracy.row_reading_kernel).  Two machines, because their hosts differ where the calls
+# wait for the host's launches: 6144³ ran 0.90× DGEMM's time on the first and 1.11× on the second.
 H100_RECORD = {
-    (4096, 4096, 4096): (16, 0.000988, 0.0005013, 0.001798, 0.0002873, 0.003241, 0.002294),
-    (6144, 6144, 6144): (16, 0.001362, 0.0008933, 0.005396, 0.0005363, 0.007379, 0.008244),
-    (7168, 7168, 7168): (16, 0.001803, 0.001151, 0.008268, 0.0006736, 0.01116, 0.01333),
-    (8192, 8192, 8192): (16, 0.002275, 0.001439, 0.01192, 0.0008303, 0.01606, 0.01965),
+    (4096, 4096, 4096): (16, 0.00149, 0.000584, 0.001977, 0.0003491, 0.003909, 0.002307),
+    (6144, 6144, 6144): (16, 0.001865, 0.001041, 0.005473, 0.0006406, 0.008044, 0.008029),
+    (7168, 7168, 7168): (16, 0.001967, 0.001247, 0.008326, 0.0007934, 0.0114, 0.01319),
+    (8192, 8192, 8192): (16, 0.002387, 0.001515, 0.01182, 0.0008723, 0.01614, 0.01964),
     (10240, 10240, 10240): (16, 0.004279, 0.002347, 0.02679, 0.00145, 0.03162, 0.03918),
-    (12288, 12288, 12288): (16, 0.006021, 0.003161, 0.04287, 0.001877, 0.05358, 0.06698),
-    (16384, 16384, 16384): (16, 0.01187, 0.005486, 0.09888, 0.003205, 0.124, 0.159),
-    (65536, 4096, 256): (16, 0.002394, 0.002478, 0.002174, 0.0002994, 0.006461, 0.002447),
-    (4096, 65536, 4096): (16, 0.006602, 0.005487, 0.02704, 0.0003472, 0.03684, 0.04163),
+    (12288, 12288, 12288): (16, 0.006201, 0.003269, 0.04196, 0.00195, 0.0522, 0.06852),
+    (16384, 16384, 16384): (16, 0.01225, 0.005633, 0.09806, 0.00346, 0.1202, 0.1644),
+    (65536, 4096, 256): (16, 0.002498, 0.002581, 0.002386, 0.0003669, 0.006673, 0.002484),
+    (4096, 65536, 4096): (16, 0.006819, 0.005522, 0.02626, 0.0004006, 0.03668, 0.04236),
 }
 
 # The devices whose profile is fitted to their own record (the others are projected from the H200's).

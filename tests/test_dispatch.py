@@ -109,7 +109,7 @@ def test_an_argument_without_a_specialization_goes_through_triton(fake_device):
 @pytest.mark.parametrize("target, name, value", [
     (dispatch.knobs.runtime, "launch_enter_hook", lambda metadata: None),  # a profiler's hook
     (dispatch, "_COMPILED_KINDS", ()),  # anything but a JIT kernel (a wrapper, the interpreter's)
-    (dispatch, "_DIRECT", False),  # OZAKI_DIRECT_LAUNCH unset
+    (dispatch, "_DIRECT", False),  # OZAKI_DIRECT_LAUNCH=0
 ])
 def test_every_launch_goes_through_triton(fake_device, monkeypatch, target, name, value):
     monkeypatch.setattr(target, name, value)

@@ -36,7 +36,7 @@ from triton.runtime.jit import JITFunction
 
 __all__ = ["launch"]
 
-# Direct launches only where this is "1" (see the module docstring).
+# Direct launches unless this is "0" (see the module docstring).
 _DIRECT = os.environ.get("OZAKI_DIRECT_LAUNCH", "1") != "0"
 
 

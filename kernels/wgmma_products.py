@@ -7,6 +7,8 @@ kernel writes the pipeline out by hand: TMA copies fill a ring of ``NUM_STAGES``
 stages, each K block's wgmma is issued asynchronously and only the previous one is waited for
 (``warpgroup_mma_wait(1)``), after which its stage is refilled.  The ring runs on across tiles,
 so the next tile's first blocks are in flight while a tile's residues are reduced and stored.
+Triton lowers no int8 wgmma of 256 columns; a pass over the PTX (_widen_wgmma) makes each K step of
+a 256-column tile one m64n256k32 where Triton writes two m64n128k32.
 
 It computes what :func:`kernels.products._plane_gemm_kernel` computes for one plane per
 modulus and one exact K chunk (the int8 engine of every catalog plan): the int32 sum of a
@@ -19,7 +21,13 @@ against the Triton kernel and cuBLAS are in benchmarks/kernels.md ("The Gluon pl
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import inspect
+import re
+
 import torch
+from triton import knobs
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, warpgroup_mma, \
@@ -37,7 +45,7 @@ __all__ = ["compile_kernel", "compile_ptx", "launch", "operand_layout", "support
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 
 # One int8 wgmma instruction: K = 32 and, as Triton lowers int8 (its table), N up to 128; wider
-# tiles repeat it along N.
+# tiles repeat it along N, and the PTX pass below (_widen_wgmma) makes each pair one instruction.
 _INSTR_K = gl.constexpr(32)
 _INSTR_N_MAX = gl.constexpr(128)
 
@@ -109,6 +117,8 @@ def wgmma_plane_gemm_kernel(
     BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr, NUM_STAGES: gl.constexpr, NUM_PROGRAMS: gl.constexpr,
 ):
     NUM_WARPS: gl.constexpr = gl.num_warps()
+    # A 256-column tile takes two wgmmas of 128 columns per K step, which the PTX pass
+    # (_widen_wgmma, under which every compilation of this kernel runs) makes one.
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NUM_WARPS, 1],
                                                          instr_shape=[16, min(BLOCK_N, _INSTR_N_MAX), _INSTR_K])
     # Stores of whole 16-byte row pieces: BLOCK_N // 16 threads along a row.
@@ -186,6 +196,135 @@ def wgmma_plane_gemm_kernel(
         mbarrier.invalidate(ready.index(i))
 
 
+# The PTX pass: one m64n256k32 wgmma for each pair of m64n128k32.
+#
+# Triton lowers no int8 wgmma of 256 columns, so a tile of 256 columns issues two m64n128k32
+# per K step and 64-row slice: the same A, read from shared memory twice, against B's two halves.
+# sm_90's wgmma has m64n256k32 for s8 (PTX ISA, "Matrix shape"), which reads A once.  Its
+# accumulator fragment is the two halves' fragments one after the other (thread register d[i]
+# holds column 8 * (i // 4) + ..., so d[0..63] are columns 0..127 and d[64..127] 128..255), and
+# B's descriptor for the first half reaches rows 128..255 at 16 of its strides between 8-row core
+# matrices (SBO): where the second half's descriptor points, when B is K-major in 128-byte
+# swizzle.  The pass rewrites a pair only where the PTX shows all of that, each descriptor
+# resolved to one definition base + constant; elsewhere it leaves the PTX as Triton wrote it.
+# The sums are exact integers either way, so the residues are the same (the GPU tests compare
+# them with the reference); the timings are in benchmarks/kernels.md ("One wgmma of 256 columns").
+_WGMMA_HALF = re.compile(r"wgmma\.mma_async\.sync\.aligned\.m64n128k32\.s32\.s8\.s8 "
+                         r"\{(?P<acc>[^}]*)\}, (?P<a>%rd\d+), (?P<b>%rd\d+), (?P<scale>%p\d+);")
+_WGMMA_WIDE = "wgmma.mma_async.sync.aligned.m64n256k32.s32.s8.s8"
+_COMMIT = "wgmma.commit_group.sync.aligned;"
+_HALF_ROWS = 128
+_SWIZZLE_128B = 1  # a descriptor's bits 62-63
+
+
+def _single_definition(ptx: str, register: str) -> re.Match | None:
+    """The one instruction that writes ``register`` (``op register, operands;``), or None."""
+    found = list(re.finditer(rf"^\s*(?P<op>[\w.]+)\s+{re.escape(register)},\s*(?P<operands>[^;]*);", ptx, re.MULTILINE))
+    return found[0] if len(found) == 1 else None
+
+
+def _descriptor_sum(ptx: str, register: str) -> tuple[str, int] | None:
+    """A shared-memory descriptor register as (base register, constant) where its one
+    definition adds a constant to a zero-extended 32-bit base; else None."""
+    definition = _single_definition(ptx, register)
+    if definition is None or definition["op"] not in ("or.b64", "add.s64"):
+        return None
+    base, _, constant = (part.strip() for part in definition["operands"].partition(","))
+    source = _single_definition(ptx, base)
+    if not re.fullmatch(r"-?\d+", constant) or source is None or source["op"] != "cvt.u64.u32":
+        return None
+    value = int(constant) % 2**64
+    # An OR adds where the two share no bit: the base is under 2**32, so a constant with none of
+    # the low 32 bits; a sum must not carry out of the start address (bits 0-13).
+    if definition["op"] == "or.b64" and value & 0xFFFFFFFF:
+        return None
+    return base, value
+
+
+def _widen_wgmma(ptx: str) -> str:
+    """``ptx`` with every pair of m64n128k32 s8 wgmmas that make one 256-column product, issued
+    in one commit group, as one m64n256k32 (the section's comment says when they do)."""
+    edits = []
+    start = 0
+    for commit in re.finditer(re.escape(_COMMIT), ptx):
+        halves = list(_WGMMA_HALF.finditer(ptx, start, commit.start()))
+        start = commit.end()
+        by_acc: dict[str, list[re.Match]] = {}
+        for half in halves:
+            by_acc.setdefault(half["acc"], []).append(half)
+        if len(by_acc) != 2 or not _straight_wgmmas(ptx, halves):
+            continue
+        first, second = by_acc.values()
+        pairs = list(zip(first, second))
+        if len(first) != len(second) or not all(_wide_pair(ptx, x, y) for x, y in pairs):
+            continue
+        for x, y in pairs:
+            low, high = _wide_pair(ptx, x, y)
+            edits.append((x.start(), x.end(), f"{_WGMMA_WIDE} {{{low['acc']},{high['acc']}}}, {low['a']}, {low['b']}, "
+                                              f"{low['scale']};"))
+            edits.append((y.start(), y.end(), ""))
+    for begin, end, text in sorted(edits, reverse=True):
+        ptx = ptx[:begin] + text + ptx[end:]
+    return ptx
+
+
+def _straight_wgmmas(ptx: str, halves: list[re.Match]) -> bool:
+    """Whether the wgmmas run as one straight sequence: no branch target among them, and no other
+    instruction between them that names their accumulators."""
+    between = "".join(ptx[x.end():y.start()] for x, y in zip(halves, halves[1:]))
+    registers = {register for half in halves for register in half["acc"].split(",")}
+    return "$L__" not in between and not registers & set(re.findall(r"%r\d+\b", between))
+
+
+def _wide_pair(ptx: str, x: re.Match, y: re.Match) -> tuple[re.Match, re.Match] | None:
+    """(first half, second half) where wgmmas ``x`` and ``y`` are one K step of a 256-column
+    product: the same A and accumulate flag, B's descriptors on one base with the second half's
+    128 rows on; else None."""
+    if x["a"] != y["a"] or x["scale"] != y["scale"]:
+        return None
+    bx, by = _descriptor_sum(ptx, x["b"]), _descriptor_sum(ptx, y["b"])
+    if bx is None or by is None or bx[0] != by[0]:
+        return None
+    for low, high, (_, constant), (_, other) in ((x, y, bx, by), (y, x, by, bx)):
+        stride = (constant >> 32) & 0x3FFF  # SBO, in 16-byte units like the start address
+        if constant >> 62 == _SWIZZLE_128B and other - constant == (_HALF_ROWS // 8) * stride and stride:
+            return low, high
+    return None
+
+
+# What Triton 3.8 and later add to a compiled kernel's cache key for the pass: its source, so that
+# a changed pass compiles afresh.
+_PASS_KEY = "ozaki-widen-wgmma-" + hashlib.sha256(
+    "".join(inspect.getsource(f) for f in (_single_definition, _descriptor_sum, _widen_wgmma, _straight_wgmmas,
+                                           _wide_pair)).encode()
+).hexdigest()[:16]
+
+
+@contextlib.contextmanager
+def _widened():
+    """Triton's compilations inside run :func:`_widen_wgmma` after their PTX stage.  Every
+    compilation and launch of this module's kernel runs inside, so Triton's caches only ever hold it
+    widened (Triton 3.8 and later also key them by the hook, where 3.6 does not)."""
+    previous = knobs.runtime.add_stages_inspection_hook
+
+    def hook(*args):
+        if not args:  # Triton 3.8 and later: the pipeline's part of the cache key, and its hash
+            key, digest = previous() if previous is not None else ("", "")
+            return key + _PASS_KEY, digest + _PASS_KEY
+        if previous is not None:
+            previous(*args)
+        stages = args[1]
+        make_ptx = stages.get("ptx")
+        if make_ptx is not None:
+            stages["ptx"] = lambda src, metadata: _widen_wgmma(make_ptx(src, metadata))
+
+    knobs.runtime.add_stages_inspection_hook = hook
+    try:
+        yield
+    finally:
+        knobs.runtime.add_stages_inspection_hook = previous
+
+
 def _descriptors(a_src: torch.Tensor, b_src: torch.Tensor, block_m: int, block_n: int, block_k: int):
     """TMA descriptors of the flattened [rows, K] int8 operands, in the kernel's shared layouts."""
     return (TensorDescriptor.from_tensor(a_src, [block_m, block_k], operand_layout(block_m, block_k)),
@@ -203,13 +342,14 @@ def launch(a_src: torch.Tensor, b_src: torch.Tensor, coefficients: torch.Tensor,
         raise ValueError(f"out has strides {out.stride()}: the kernel stores rows of contiguous residues")
     a_desc, b_desc = _descriptors(a_src, b_src, config.block_m, config.block_n, config.block_k)
     tiles = -(-m_rows // config.block_m) * -(-n_cols // config.block_n) * n_groups * n_batch
-    dispatch.launch(wgmma_plane_gemm_kernel, (min(tiles, programs),),
-        a_desc, b_desc, coefficients, moduli, out, m_rows, n_cols, n_groups * n_batch, n_batch, n_k_blocks,
-        *out.stride()[:3], UNIT_COEFFICIENTS=unit_coefficients, RESIDUE_BITS=residue_bits, BLOCK_M=config.block_m,
-        BLOCK_N=config.block_n,
-        BLOCK_K=config.block_k, GROUP_M=config.group_m, NUM_STAGES=config.num_stages, NUM_PROGRAMS=programs,
-        num_warps=config.num_warps, **ptx.LAUNCH_OPTIONS,
-    )
+    with _widened():
+        dispatch.launch(wgmma_plane_gemm_kernel, (min(tiles, programs),),
+            a_desc, b_desc, coefficients, moduli, out, m_rows, n_cols, n_groups * n_batch, n_batch, n_k_blocks,
+            *out.stride()[:3], UNIT_COEFFICIENTS=unit_coefficients, RESIDUE_BITS=residue_bits, BLOCK_M=config.block_m,
+            BLOCK_N=config.block_n,
+            BLOCK_K=config.block_k, GROUP_M=config.group_m, NUM_STAGES=config.num_stages, NUM_PROGRAMS=programs,
+            num_warps=config.num_warps, **ptx.LAUNCH_OPTIONS,
+        )
 
 
 def compile_ptx(config, *, residue_bits: int, out_type: str, programs: int, unit_coefficients: bool = True) -> str:
@@ -240,8 +380,9 @@ def compile_kernel(config, *, residue_bits: int, out_type: str, programs: int, u
     # What a launch specializes: 16-byte aligned pointers, sizes and strides of whole 16-byte rows.
     aligned = [name for name, kind in signature.items() if kind.startswith("*")] + ["N", "stride_og", "stride_ob",
                                                                                    "stride_om"]
-    return ptx.compile_kernel(wgmma_plane_gemm_kernel, signature, constexprs, divisible=aligned, capability=90,
-                              num_warps=config.num_warps)
+    with _widened():
+        return ptx.compile_kernel(wgmma_plane_gemm_kernel, signature, constexprs, divisible=aligned, capability=90,
+                                  num_warps=config.num_warps)
 
 
 def _descriptor_type(block_rows: int, block_k: int) -> str:

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import triton
 
-from kernels import accuracy, crt, residues, scaling
+from kernels import accuracy, crt, residues, scaling, wgmma_products
 from kernels.products import PlaneGemmConfig
 from kernels.products import compile_ptx as plane_gemm_ptx
 
@@ -133,6 +133,59 @@ def test_gluon_kernel_keeps_one_wgmma_group_in_flight(name, ptx):
     assert "cp.async.bulk.tensor" in ptx[name]
     # The residues leave in 16-byte stores, with no register spills.
     assert re.search(r"st\.global\.v4\.b32", ptx[name]) and not re.search(r"\b(?:ld|st)\.local\b", ptx[name])
+
+
+def test_gluon_256_column_tile_issues_one_wgmma_per_k_step(ptx):
+    # kernels.wgmma_products._widen_wgmma: Triton writes two m64n128k32 per K step of a 64-row
+    # slice; the pass makes them one m64n256k32.  The 128-column tile's two wgmmas a step are two
+    # row slices (two A's): nothing to merge.
+    config = VARIANTS["int8-gluon-wide"][2]
+    shapes = re.compile(r"wgmma\.mma_async\.sync\.aligned\.(m64n\d+k32)")
+    assert shapes.findall(ptx["int8-gluon-wide"]) == ["m64n256k32"] * (config.block_k // 32)
+    assert set(shapes.findall(ptx["int8-gluon"])) == {"m64n128k32"}
+
+
+_ACC_LOW = ",".join(f"%r{i}" for i in range(100, 164))
+_ACC_HIGH = ",".join(f"%r{i}" for i in range(164, 228))
+_DESCRIPTOR = (1 << 62) | (64 << 32)  # 128-byte swizzle, 1024-byte stride between 8-row core matrices
+
+
+def _halves_ptx(*, offset=1024, swizzle=1 << 62, second_a="%rd10", second_scale="%p1", between="", swapped=False,
+                redefined=False) -> str:
+    """A commit group of two m64n128k32 wgmmas as Triton writes them for one K step of a
+    256-column tile: B's second half ``offset`` descriptor units past the first."""
+    constant = _DESCRIPTOR - (1 << 62) + swizzle
+    low = f"wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 {{{_ACC_LOW}}}, %rd10, %rd11, %p1;"
+    high = f"wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 {{{_ACC_HIGH}}}, {second_a}, %rd12, {second_scale};"
+    lines = ["cvt.u64.u32 %rd22, %r1;", "cvt.u64.u32 %rd23, %r2;", f"or.b64 %rd10, %rd22, {constant};",
+             f"or.b64 %rd11, %rd23, {constant};", f"add.s64 %rd12, %rd23, {constant + offset};",
+             *([f"add.s64 %rd12, %rd23, {constant + offset};"] if redefined else []), "wgmma.fence.sync.aligned;",
+             *((high, between, low) if swapped else (low, between, high)), "wgmma.commit_group.sync.aligned;"]
+    return "\n".join(f"\t{line}" for line in lines) + "\n"
+
+
+_MERGED = f"wgmma.mma_async.sync.aligned.m64n256k32.s32.s8.s8 {{{_ACC_LOW},{_ACC_HIGH}}}, %rd10, %rd11, %p1;"
+
+
+@pytest.mark.parametrize("case, merged", [
+    ({}, True),
+    ({"swapped": True}, True),  # the second half issued first: still its registers last
+    ({"offset": 512}, False),  # B's halves not 128 rows apart
+    ({"offset": 2048}, False),
+    ({"second_a": "%rd22"}, False),  # another A: two row slices, not two column halves
+    ({"second_scale": "%p2"}, False),  # one accumulates, the other starts afresh
+    ({"swizzle": 2 << 62}, False),  # 64-byte swizzle: its core matrices lie otherwise
+    ({"between": "$L__BB0_3:"}, False),  # a branch target between the halves
+    ({"between": "mov.b32 %r5, %r130;"}, False),  # an instruction that reads an accumulator between them
+    ({"redefined": True}, False),  # a descriptor written twice: its value is not the one definition's
+])
+def test_wgmma_pass_merges_only_the_halves_of_one_product(case, merged):
+    text = _halves_ptx(**case)
+    widened = wgmma_products._widen_wgmma(text)
+    if merged:
+        assert widened.count("wgmma.mma_async") == 1 and _MERGED in widened
+    else:
+        assert widened == text
 
 
 def test_tma_configs_use_the_bulk_tensor_copy(ptx):

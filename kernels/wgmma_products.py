@@ -25,6 +25,7 @@ import contextlib
 import hashlib
 import inspect
 import re
+import threading
 
 import torch
 from triton import knobs
@@ -300,29 +301,34 @@ _PASS_KEY = "ozaki-widen-wgmma-" + hashlib.sha256(
 ).hexdigest()[:16]
 
 
+# Held while the hook is installed: Triton's knob is one per process.
+_HOOK_LOCK = threading.Lock()
+
+
 @contextlib.contextmanager
 def _widened():
     """Triton's compilations inside run :func:`_widen_wgmma` after their PTX stage.  Every
     compilation and launch of this module's kernel runs inside, so Triton's caches only ever hold it
     widened (Triton 3.8 and later also key them by the hook, where 3.6 does not)."""
-    previous = knobs.runtime.add_stages_inspection_hook
+    with _HOOK_LOCK:
+        previous = knobs.runtime.add_stages_inspection_hook
 
-    def hook(*args):
-        if not args:  # Triton 3.8 and later: the pipeline's part of the cache key, and its hash
-            key, digest = previous() if previous is not None else ("", "")
-            return key + _PASS_KEY, digest + _PASS_KEY
-        if previous is not None:
-            previous(*args)
-        stages = args[1]
-        make_ptx = stages.get("ptx")
-        if make_ptx is not None:
-            stages["ptx"] = lambda src, metadata: _widen_wgmma(make_ptx(src, metadata))
+        def hook(*args):
+            if not args:  # Triton 3.8 and later: the pipeline's part of the cache key, and its hash
+                key, digest = previous() if previous is not None else ("", "")
+                return key + _PASS_KEY, digest + _PASS_KEY
+            if previous is not None:
+                previous(*args)
+            stages = args[1]
+            make_ptx = stages.get("ptx")
+            if make_ptx is not None:
+                stages["ptx"] = lambda src, metadata: _widen_wgmma(make_ptx(src, metadata))
 
-    knobs.runtime.add_stages_inspection_hook = hook
-    try:
-        yield
-    finally:
-        knobs.runtime.add_stages_inspection_hook = previous
+        knobs.runtime.add_stages_inspection_hook = hook
+        try:
+            yield
+        finally:
+            knobs.runtime.add_stages_inspection_hook = previous
 
 
 def _descriptors(a_src: torch.Tensor, b_src: torch.Tensor, block_m: int, block_n: int, block_k: int):

@@ -188,6 +188,28 @@ def test_wgmma_pass_merges_only_the_halves_of_one_product(case, merged):
         assert widened == text
 
 
+def test_wgmma_pass_hook_chains_and_restores_the_previous_one(monkeypatch):
+    # kernels.wgmma_products._widened: the pass runs after the PTX stage, a hook installed before
+    # still runs and keeps its part of the cache key (Triton 3.8 asks with no arguments), and
+    # leaving restores it.
+    calls = []
+
+    def previous(*args):
+        if not args:
+            return "theirs", "their-hash"
+        calls.append(args)
+
+    monkeypatch.setattr(triton.knobs.runtime, "add_stages_inspection_hook", previous)
+    stages = {"ptx": lambda src, metadata: _halves_ptx()}
+    with wgmma_products._widened():
+        hook = triton.knobs.runtime.add_stages_inspection_hook
+        key, digest = hook()
+        hook(None, stages, None, None, 90)
+    assert key.startswith("theirs") and digest.startswith("their-hash") and wgmma_products._PASS_KEY in key
+    assert len(calls) == 1 and _MERGED in stages["ptx"]("", {})
+    assert triton.knobs.runtime.add_stages_inspection_hook is previous
+
+
 def test_tma_configs_use_the_bulk_tensor_copy(ptx):
     assert "cp.async.bulk.tensor" in ptx["int8-tma"]
     assert "cp.async.bulk.tensor" not in ptx["int8-pointer"]

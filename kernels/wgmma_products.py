@@ -225,20 +225,28 @@ def _single_definition(ptx: str, register: str) -> re.Match | None:
 
 
 def _descriptor_sum(ptx: str, register: str) -> tuple[str, int] | None:
-    """A shared-memory descriptor register as (base register, constant) where its one
-    definition adds a constant to a zero-extended 32-bit base; else None."""
+    """A shared-memory descriptor register as (base register, constant): its one definition
+    adds (or ORs) a constant to a zero-extended 32-bit register, itself the base plus a constant
+    or the base (Triton 3.9 adds the K step's offset before widening, 3.6 after); else None."""
     definition = _single_definition(ptx, register)
     if definition is None or definition["op"] not in ("or.b64", "add.s64"):
         return None
-    base, _, constant = (part.strip() for part in definition["operands"].partition(","))
-    source = _single_definition(ptx, base)
-    if not re.fullmatch(r"-?\d+", constant) or source is None or source["op"] != "cvt.u64.u32":
+    wide, _, constant = (part.strip() for part in definition["operands"].partition(","))
+    widening = _single_definition(ptx, wide)
+    if not re.fullmatch(r"-?\d+", constant) or widening is None or widening["op"] != "cvt.u64.u32":
         return None
     value = int(constant) % 2**64
-    # An OR adds where the two share no bit: the base is under 2**32, so a constant with none of
-    # the low 32 bits; a sum must not carry out of the start address (bits 0-13).
+    # An OR adds where the two share no bit: the widened register is under 2**32, so a constant
+    # with none of the low 32 bits.  (Descriptor start addresses are 14-bit fields, so a 32-bit
+    # sum under the widening never wraps where the descriptor is valid at all.)
     if definition["op"] == "or.b64" and value & 0xFFFFFFFF:
         return None
+    base = widening["operands"].strip()
+    narrow = _single_definition(ptx, base)
+    if narrow is not None and narrow["op"] == "add.s32":
+        inner, _, offset = (part.strip() for part in narrow["operands"].partition(","))
+        if re.fullmatch(r"\d+", offset):
+            base, value = inner, value + int(offset)
     return base, value
 
 

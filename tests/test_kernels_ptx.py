@@ -151,16 +151,21 @@ _DESCRIPTOR = (1 << 62) | (64 << 32)  # 128-byte swizzle, 1024-byte stride betwe
 
 
 def _halves_ptx(*, offset=1024, swizzle=1 << 62, second_a="%rd10", second_scale="%p1", between="", swapped=False,
-                redefined=False) -> str:
+                redefined=False, narrow=False) -> str:
     """A commit group of two m64n128k32 wgmmas as Triton writes them for one K step of a
-    256-column tile: B's second half ``offset`` descriptor units past the first."""
+    256-column tile: B's second half ``offset`` descriptor units past the first, added after
+    widening the base to 64 bits (Triton 3.6) or before (``narrow``, Triton 3.9)."""
     constant = _DESCRIPTOR - (1 << 62) + swizzle
     low = f"wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 {{{_ACC_LOW}}}, %rd10, %rd11, %p1;"
     high = f"wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 {{{_ACC_HIGH}}}, {second_a}, %rd12, {second_scale};"
+    if narrow:
+        second_half = [f"add.s32 %r3, %r2, {offset};", "cvt.u64.u32 %rd24, %r3;", f"or.b64 %rd12, %rd24, {constant};"]
+    else:
+        second_half = [f"add.s64 %rd12, %rd23, {constant + offset};"]
     lines = ["cvt.u64.u32 %rd22, %r1;", "cvt.u64.u32 %rd23, %r2;", f"or.b64 %rd10, %rd22, {constant};",
-             f"or.b64 %rd11, %rd23, {constant};", f"add.s64 %rd12, %rd23, {constant + offset};",
-             *([f"add.s64 %rd12, %rd23, {constant + offset};"] if redefined else []), "wgmma.fence.sync.aligned;",
-             *((high, between, low) if swapped else (low, between, high)), "wgmma.commit_group.sync.aligned;"]
+             f"or.b64 %rd11, %rd23, {constant};", *second_half, *(second_half[-1:] if redefined else []),
+             "wgmma.fence.sync.aligned;", *((high, between, low) if swapped else (low, between, high)),
+             "wgmma.commit_group.sync.aligned;"]
     return "\n".join(f"\t{line}" for line in lines) + "\n"
 
 
@@ -169,7 +174,9 @@ _MERGED = f"wgmma.mma_async.sync.aligned.m64n256k32.s32.s8.s8 {{{_ACC_LOW},{_ACC
 
 @pytest.mark.parametrize("case, merged", [
     ({}, True),
+    ({"narrow": True}, True),
     ({"swapped": True}, True),  # the second half issued first: still its registers last
+    ({"narrow": True, "offset": 512}, False),
     ({"offset": 512}, False),  # B's halves not 128 rows apart
     ({"offset": 2048}, False),
     ({"second_a": "%rd22"}, False),  # another A: two row slices, not two column halves
@@ -178,6 +185,7 @@ _MERGED = f"wgmma.mma_async.sync.aligned.m64n256k32.s32.s8.s8 {{{_ACC_LOW},{_ACC
     ({"between": "$L__BB0_3:"}, False),  # a branch target between the halves
     ({"between": "mov.b32 %r5, %r130;"}, False),  # an instruction that reads an accumulator between them
     ({"redefined": True}, False),  # a descriptor written twice: its value is not the one definition's
+    ({"redefined": True, "narrow": True}, False),
 ])
 def test_wgmma_pass_merges_only_the_halves_of_one_product(case, merged):
     text = _halves_ptx(**case)

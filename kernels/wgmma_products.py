@@ -269,9 +269,11 @@ def _widen_wgmma(ptx: str) -> str:
             continue
         for x, y in pairs:
             low, high = _wide_pair(ptx, x, y)
-            edits.append((x.start(), x.end(), f"{_WGMMA_WIDE} {{{low['acc']},{high['acc']}}}, {low['a']}, {low['b']}, "
-                                              f"{low['scale']};"))
-            edits.append((y.start(), y.end(), ""))
+            # In the later one's place, where the operands of both are defined.
+            earlier, later = sorted((x, y), key=lambda half: half.start())
+            edits.append((later.start(), later.end(), f"{_WGMMA_WIDE} {{{low['acc']},{high['acc']}}}, {low['a']}, "
+                                                      f"{low['b']}, {low['scale']};"))
+            edits.append((earlier.start(), earlier.end(), ""))
     for begin, end, text in sorted(edits, reverse=True):
         ptx = ptx[:begin] + text + ptx[end:]
     return ptx

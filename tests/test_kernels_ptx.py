@@ -162,9 +162,13 @@ def _halves_ptx(*, offset=1024, swizzle=1 << 62, second_a="%rd10", second_scale=
         second_half = [f"add.s32 %r3, %r2, {offset};", "cvt.u64.u32 %rd24, %r3;", f"or.b64 %rd12, %rd24, {constant};"]
     else:
         second_half = [f"add.s64 %rd12, %rd23, {constant + offset};"]
+    first_half = f"or.b64 %rd11, %rd23, {constant};"
+    # Swapped, the first half's B descriptor is written between the halves (as Triton 3.6 writes
+    # each K step's just before its wgmma).
     lines = ["cvt.u64.u32 %rd22, %r1;", "cvt.u64.u32 %rd23, %r2;", f"or.b64 %rd10, %rd22, {constant};",
-             f"or.b64 %rd11, %rd23, {constant};", *second_half, *(second_half[-1:] if redefined else []),
-             "wgmma.fence.sync.aligned;", *((high, between, low) if swapped else (low, between, high)),
+             *([] if swapped else [first_half]), *second_half, *(second_half[-1:] if redefined else []),
+             "wgmma.fence.sync.aligned;",
+             *((high, between, first_half, low) if swapped else (low, between, high)),
              "wgmma.commit_group.sync.aligned;"]
     return "\n".join(f"\t{line}" for line in lines) + "\n"
 
@@ -191,7 +195,9 @@ def test_wgmma_pass_merges_only_the_halves_of_one_product(case, merged):
     text = _halves_ptx(**case)
     widened = wgmma_products._widen_wgmma(text)
     if merged:
+        # One wgmma where the later half was: every register it reads is written before it.
         assert widened.count("wgmma.mma_async") == 1 and _MERGED in widened
+        assert widened.index(_MERGED) > widened.index("%rd11,") and widened.index(_MERGED) > widened.index("%rd12,")
     else:
         assert widened == text
 

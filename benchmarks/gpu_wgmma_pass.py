@@ -27,6 +27,7 @@ import time
 
 import torch
 from gpu_products import check_bits, operands
+from phi_data import phi_matrix
 from triton import knobs
 from triton.experimental import gluon
 from triton.testing import do_bench
@@ -84,12 +85,7 @@ def main() -> None:
 
     n = max(sizes)
     generator = torch.Generator(device="cuda").manual_seed(n)
-
-    def draw():
-        u = torch.rand((n, n), generator=generator, device="cuda", dtype=torch.float64) - 0.5
-        return u * torch.exp(0.5 * torch.randn((n, n), generator=generator, device="cuda", dtype=torch.float64))
-
-    a, b = draw(), draw()
+    a, b = phi_matrix((n, n), generator), phi_matrix((n, n), generator)
     callers = {name: (lambda: ozaki.matmul(a, b, engine="int8")) for name in kernels}
     callers["DGEMM"] = lambda: a @ b
     calls = {name: [] for name in callers}

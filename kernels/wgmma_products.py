@@ -264,11 +264,10 @@ def _widen_wgmma(ptx: str) -> str:
         if len(by_acc) != 2 or not _straight_wgmmas(ptx, halves):
             continue
         first, second = by_acc.values()
-        pairs = list(zip(first, second))
-        if len(first) != len(second) or not all(_wide_pair(ptx, x, y) for x, y in pairs):
+        pairs = [_wide_pair(ptx, x, y) for x, y in zip(first, second)]
+        if len(first) != len(second) or None in pairs:
             continue
-        for x, y in pairs:
-            low, high = _wide_pair(ptx, x, y)
+        for (low, high), x, y in zip(pairs, first, second):
             # In the later one's place, where the operands of both are defined.
             earlier, later = sorted((x, y), key=lambda half: half.start())
             edits.append((later.start(), later.end(), f"{_WGMMA_WIDE} {{{low['acc']},{high['acc']}}}, {low['a']}, "

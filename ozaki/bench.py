@@ -20,7 +20,8 @@ that no method is timed in the state another one left (the clocks after an int8 
 each time is that of a call among calls of its own kind, as in a user's loop.
 
 ``--project b200,b300`` adds the modeled time of every catalog plan on those devices (assumptions written
-into ``projection.md``), calibrated by this run's H200 measurements when there are any.
+into ``projection.md``), calibrated by this run's measurements when it ran on a device of the datasheet table
+(``ozaki.cost.DEVICES``: the H200 or the H100, whose measured fractions of their own datasheet rates carry over).
 
 The harness only calls ``ozaki.matmul`` with the options given; what it reports of the inside (the plan
 and the path taken) it reads from ``ozaki.explain`` on the same inputs.
@@ -62,7 +63,7 @@ COLUMNS = (
 _STAGES = ("plan", "encode", "products", "decode")
 PROJECTION_COLUMNS = (
     "device", "plan", "digits", "products", "moduli", "m", "k", "n", "model_s", "model_tflops", "dgemm_model_s",
-    "speedup", "h200_measured_s", "calibration",
+    "speedup", "measured_s", "calibration",
 )  # fmt: skip
 
 _CPU_SIZES = (256, 512, 1024, 2048)
@@ -74,7 +75,7 @@ _CPU_ACCURACIES = ("fp64", "exact", 40)
 _SLOW_CALL_S = 10.0
 
 
-# Efficiencies assumed when the run measured nothing on an H200 (a CPU run, or a failed calibration).
+# Efficiencies assumed when the run measured nothing (a CPU run, or a failed calibration).
 _ASSUMED = {"tensor": 0.7, "fp64": 0.9, "bandwidth": 0.8}
 
 
@@ -367,7 +368,8 @@ def _run(args, shapes, cuda: bool, save: Callable[[list[dict]], None]) -> tuple[
         square = [s[0] for s in shapes if s[0] == s[1] == s[2]]
         n_cal = min(max(square, default=8192), 8192)
         rows.extend(_plane_rate_rows(n_cal, args.reps))
-        calibration.update(bandwidth=_bandwidth(), device=torch.cuda.get_device_name())
+        calibration.update(bandwidth=_bandwidth(), device=torch.cuda.get_device_name(),
+                           capability=torch.cuda.get_device_capability())
     return rows, calibration
 
 
@@ -375,42 +377,51 @@ def _run(args, shapes, cuda: bool, save: Callable[[list[dict]], None]) -> tuple[
 # Projection
 
 
+def _calibration_device(calibration: dict) -> str | None:
+    """The key in DEVICES of the device this run measured on (matched as ozaki.cost.profile_for does), or None."""
+    name, capability = calibration.get("device", "").upper(), calibration.get("capability")
+    return next((key for key, device in DEVICES.items()
+                 if device.name in name and (capability is None or capability[0] == device.major)), None)
+
+
 def _efficiencies(rows: list[dict], calibration: dict) -> tuple[dict, list[str]]:
-    """Fraction of the H200 datasheet rate this run reached, per unit; assumed values where nothing was
-    measured (said so in the notes returned)."""
-    h200 = DEVICES["h200"]
+    """Fraction of the measured device's datasheet rate this run reached, per unit; assumed values where
+    nothing was measured (said so in the notes returned)."""
+    key = _calibration_device(calibration)
     notes, eff = [], {}
-    if calibration and "H200" not in calibration.get("device", ""):
-        notes.append(f"WARNING: measured on {calibration.get('device')!r}, not an H200, yet compared with H200 "
-                     "datasheet rates: the efficiencies below do not mean what they say")  # fmt: skip
+    if calibration and key is None:
+        notes.append(f"WARNING: measured on {calibration.get('device')!r}, a device without datasheet figures here, "
+                     "yet compared with the H200's: the efficiencies below do not mean what they say")  # fmt: skip
+    sheet = DEVICES[key or "h200"]
     measured = {r["method"]: r for r in rows if r.get("status") == "ok" and r["method"].startswith("plane-")}
     for digits in ("int8", "fp8"):
         row = measured.get(f"plane-{digits}")
-        if row:
-            eff[digits] = row["tflops"] * 1e12 / h200.rates[digits]
+        if row and sheet.rates[digits]:
+            eff[digits] = row["tflops"] * 1e12 / sheet.rates[digits]
             notes.append(f"{digits} efficiency {eff[digits]:.3f}: cuBLAS {row['tflops']:.0f} TOP/s at n={row['n']} "
-                         f"in this run / {h200.rates[digits] / 1e12:.0f} T H200 datasheet")  # fmt: skip
+                         f"in this run / {sheet.rates[digits] / 1e12:.0f} T {sheet.name} datasheet")  # fmt: skip
         else:
             eff[digits] = _ASSUMED["tensor"]
-            notes.append(f"{digits} efficiency {eff[digits]} ASSUMED: no H200 measurement in this run")
+            notes.append(f"{digits} efficiency {eff[digits]} ASSUMED: not measured in this run")
     eff["fp4"] = eff["int4"] = eff["fp8"]
-    notes.append("fp4 efficiency taken equal to fp8's (the H200 has no FP4 units to measure)")
+    notes.append(f"fp4 efficiency taken equal to fp8's (the {sheet.name} has no FP4 units to measure)")
     natives = [r for r in rows if r["method"] == "torch" and r.get("status") == "ok"]
     if natives:
         best = max(natives, key=lambda r: r["m"] * r["k"] * r["n"])
-        eff["fp64"] = best["tflops"] * 1e12 / h200.fp64
+        eff["fp64"] = best["tflops"] * 1e12 / sheet.fp64
         notes.append(f"fp64 efficiency {eff['fp64']:.3f}: cuBLAS DGEMM {best['tflops']:.1f} TFLOP/s at "
-                     f"{best['m']}x{best['k']}x{best['n']} in this run / 67 T H200 datasheet")  # fmt: skip
+                     f"{best['m']}x{best['k']}x{best['n']} in this run / {sheet.fp64 / 1e12:.0f} T {sheet.name} "
+                     "datasheet")  # fmt: skip
     else:
         eff["fp64"] = _ASSUMED["fp64"]
-        notes.append(f"fp64 efficiency {eff['fp64']} ASSUMED: no H200 DGEMM in this run")
+        notes.append(f"fp64 efficiency {eff['fp64']} ASSUMED: no DGEMM in this run")
     if "bandwidth" in calibration:
-        eff["bandwidth"] = calibration["bandwidth"] / h200.bandwidth
+        eff["bandwidth"] = calibration["bandwidth"] / sheet.bandwidth
         notes.append(f"bandwidth efficiency {eff['bandwidth']:.3f}: device copy {calibration['bandwidth'] / 1e12:.2f} "
-                     f"TB/s in this run / 4.8 TB/s H200 datasheet")  # fmt: skip
+                     f"TB/s in this run / {sheet.bandwidth / 1e12:.2f} TB/s {sheet.name} datasheet")  # fmt: skip
     else:
         eff["bandwidth"] = _ASSUMED["bandwidth"]
-        notes.append(f"bandwidth efficiency {eff['bandwidth']} ASSUMED: no H200 copy measured in this run")
+        notes.append(f"bandwidth efficiency {eff['bandwidth']} ASSUMED: no copy measured in this run")
     return eff, notes
 
 
@@ -431,7 +442,11 @@ def _project(plans, devices: Sequence[str], shapes, rows: list[dict], calibratio
     """Modeled time of every plan on every device at every shape within its k_max, and the assumptions."""
     eff, notes = _efficiencies(rows, calibration)
     ok = [r for r in rows if r.get("status") == "ok"]
-    calibrated = "H200 run" if any(r["method"].startswith("plane-") for r in ok) else "assumed"
+    measured_on = _calibration_device(calibration)
+    if not any(r["method"].startswith("plane-") for r in ok):
+        calibrated = "assumed"
+    else:
+        calibrated = f"{DEVICES[measured_on].name} run" if measured_on else "run on a device without datasheet figures"
     fp64_runs = [r for r in ok if r["method"] == "ozaki" and r["accuracy"] == "fp64"]
     measured = {(r["engine"], r["m"], r["k"], r["n"]): r["median_s"] for r in fp64_runs}
     table, skipped = [], set()
@@ -453,7 +468,7 @@ def _project(plans, devices: Sequence[str], shapes, rows: list[dict], calibratio
                     "device": device.name, "plan": plan.name, "digits": plan.digits, "products": plan.products,
                     "moduli": len(plan.moduli), "m": m, "k": k, "n": n, "model_s": model,
                     "model_tflops": 2 * m * k * n / model / 1e12, "dgemm_model_s": dgemm, "speedup": dgemm / model,
-                    "h200_measured_s": measured.get((plan.digits, m, k, n)) if name == "h200" else None,
+                    "measured_s": measured.get((plan.digits, m, k, n)) if name == measured_on else None,
                     "calibration": calibrated,
                 })  # fmt: skip
     notes.append("model: time = products * 2MKN / (efficiency * dense rate of the plan's digits) + bytes / "
@@ -461,7 +476,8 @@ def _project(plans, devices: Sequence[str], shapes, rows: list[dict], calibratio
                  "plane value + 8 * moduli * MN (int32 residue products written and read)")  # fmt: skip
     notes.append("DGEMM: 2MKN / (fp64 efficiency * FP64 rate); same efficiency on every device (an assumption)")
     notes.append("shapes beyond a plan's k_max are left out: that plan cannot run them in one piece")
-    notes.append("h200_measured_s: this run's time of the engine named like the plan's digits at that shape; the "
+    notes.append("measured_s: on the device this run measured, its time of the engine named like the plan's digits "
+                 "at that shape; the "
                  "pipeline picks its plan from the inputs' bits, so it may have run another plan of those digits")  # fmt: skip
     notes.extend(f"device {DEVICES[d].name}: {DEVICES[d].source}" for d in devices)
     notes.extend(f"not projected: {s} (no such unit in the datasheet figures)" for s in sorted(skipped))
@@ -652,7 +668,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         (args.out / "projection.md").write_text("\n".join(lines + [f"- {n}" for n in notes]) + "\n")
         print("\nprojection assumptions:\n" + "\n".join(f"  - {n}" for n in notes))
         _print_table(table, ("device", "plan", "products", "m", "k", "n", "model_s", "model_tflops", "speedup",
-                             "h200_measured_s"))  # fmt: skip
+                             "measured_s"))  # fmt: skip
         print(f"wrote {args.out / 'projection.csv'} and {args.out / 'projection.md'}")
     return 0 if all(r.get("status", "").startswith(("ok", "skipped")) for r in rows) else 1
 

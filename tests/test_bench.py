@@ -172,11 +172,41 @@ def test_projection_model_and_calibration():
     assert fp4["model_s"] == pytest.approx(want, rel=1e-12)
     assert fp4["dgemm_model_s"] == pytest.approx(flop / (0.5 * 1.25e12), rel=1e-12)
     assert fp4["speedup"] == pytest.approx(fp4["dgemm_model_s"] / fp4["model_s"], rel=1e-12)
-    assert got[("H200", "i", 1000)]["h200_measured_s"] == 0.01 and fp4["h200_measured_s"] is None
+    assert got[("H200", "i", 1000)]["measured_s"] == 0.01 and fp4["measured_s"] is None
     assert {r["calibration"] for r in table} == {"H200 run"}
     assert not any("WARNING" in n for n in notes)
-    _, notes = bench._project(plans, ["b200"], shapes, measured, {**calibration, "device": "NVIDIA A100"})
-    assert any(n.startswith("WARNING: measured on 'NVIDIA A100'") for n in notes)
+    table, notes = bench._project(plans, ["b200"], shapes, measured, {**calibration, "device": "NVIDIA L40S"})
+    assert any(n.startswith("WARNING: measured on 'NVIDIA L40S'") for n in notes)
+    assert {r["calibration"] for r in table} == {"run on a device without datasheet figures"}
+
+
+def test_projection_is_calibrated_against_the_measured_devices_datasheet():
+    # The same cuBLAS rates on an H100: its datasheet's tensor and FP64 rates are the H200's, its
+    # bandwidth 3.35 TB/s where the H200's is 4.8, so only the bandwidth efficiency differs.
+    plans, shapes = [_plan("i", "int8", 10, 4, 2048)], [(1000, 1000, 1000)]
+    measured = [
+        {"method": "plane-int8", "status": "ok", "tflops": 1979 / 2, "n": 8192},
+        {"method": "plane-fp8", "status": "ok", "tflops": 1979 / 4, "n": 8192},
+        {"method": "torch", "status": "ok", "tflops": 33.5, "m": 4096, "k": 4096, "n": 4096},
+        {"method": "ozaki", "status": "ok", "engine": "int8", "accuracy": "fp64", "m": 1000, "k": 1000,
+         "n": 1000, "median_s": 0.01},
+    ]  # fmt: skip
+    on = {"bandwidth": 1.675e12, "device": "NVIDIA H100 80GB HBM3", "capability": (9, 0)}
+    eff, notes = bench._efficiencies(measured, on)
+    assert eff["int8"] == pytest.approx(0.5) and eff["fp8"] == pytest.approx(0.25)
+    assert eff["fp64"] == pytest.approx(0.5) and eff["bandwidth"] == pytest.approx(0.5)
+    assert not any("WARNING" in n for n in notes) and any("3.35 TB/s H100 datasheet" in n for n in notes)
+    table, _ = bench._project(plans, ["h100", "h200"], shapes, measured, on)
+    got = {r["device"]: r for r in table}
+    assert {r["calibration"] for r in table} == {"H100 run"}
+    assert got["H100"]["measured_s"] == 0.01 and got["H200"]["measured_s"] is None
+    # A name without its compute capability's major is not the datasheet's device.
+    assert bench._calibration_device({**on, "capability": (8, 0)}) is None
+    assert bench._calibration_device({"device": "NVIDIA H200"}) == "h200"
+    # A device the datasheet lists without a unit (the A100 has no FP8) measures nothing of it.
+    eff, notes = bench._efficiencies(measured, {"bandwidth": 1e12, "device": "NVIDIA A100-SXM4-80GB",
+                                                "capability": (8, 0)})
+    assert eff["int8"] == pytest.approx(1979 / 2 / 624) and any("fp8 efficiency 0.7 ASSUMED" in n for n in notes)
 
 
 def test_projection_without_measurements_says_it_assumed():

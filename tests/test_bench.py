@@ -139,16 +139,22 @@ def _plan(name, digits, products, moduli, k_max):
     return SimpleNamespace(name=name, digits=digits, products=products, moduli=tuple(range(moduli)), k_max=k_max)
 
 
-def test_projection_model_and_calibration():
-    plans = [_plan("i", "int8", 10, 4, 2048), _plan("f", "fp4", 59, 21, 16384)]
-    shapes = [(1000, 1000, 1000), (1000, 4096, 1000)]
-    measured = [
+def _measured_rows():
+    # cuBLAS at half the int8 and a quarter of the fp8 datasheet rate of a Hopper, DGEMM at half its
+    # FP64 rate, and one int8 call at 1000³.
+    return [
         {"method": "plane-int8", "status": "ok", "tflops": 1979 / 2, "n": 8192},
         {"method": "plane-fp8", "status": "ok", "tflops": 1979 / 4, "n": 8192},
         {"method": "torch", "status": "ok", "tflops": 33.5, "m": 4096, "k": 4096, "n": 4096},
         {"method": "ozaki", "status": "ok", "engine": "int8", "accuracy": "fp64", "m": 1000, "k": 1000,
          "n": 1000, "median_s": 0.01},
     ]  # fmt: skip
+
+
+def test_projection_model_and_calibration():
+    plans = [_plan("i", "int8", 10, 4, 2048), _plan("f", "fp4", 59, 21, 16384)]
+    shapes = [(1000, 1000, 1000), (1000, 4096, 1000)]
+    measured = _measured_rows()
     calibration = {"bandwidth": 2.4e12, "device": "NVIDIA H200"}
     table, notes = bench._project(plans, ["h200", "b200", "b300"], shapes, measured, calibration)
     got = {(r["device"], r["plan"], r["k"]): r for r in table}
@@ -184,13 +190,7 @@ def test_projection_is_calibrated_against_the_measured_devices_datasheet():
     # The same cuBLAS rates on an H100: its datasheet's tensor and FP64 rates are the H200's, its
     # bandwidth 3.35 TB/s where the H200's is 4.8, so only the bandwidth efficiency differs.
     plans, shapes = [_plan("i", "int8", 10, 4, 2048)], [(1000, 1000, 1000)]
-    measured = [
-        {"method": "plane-int8", "status": "ok", "tflops": 1979 / 2, "n": 8192},
-        {"method": "plane-fp8", "status": "ok", "tflops": 1979 / 4, "n": 8192},
-        {"method": "torch", "status": "ok", "tflops": 33.5, "m": 4096, "k": 4096, "n": 4096},
-        {"method": "ozaki", "status": "ok", "engine": "int8", "accuracy": "fp64", "m": 1000, "k": 1000,
-         "n": 1000, "median_s": 0.01},
-    ]  # fmt: skip
+    measured = _measured_rows()
     on = {"bandwidth": 1.675e12, "device": "NVIDIA H100 80GB HBM3", "capability": (9, 0)}
     eff, notes = bench._efficiencies(measured, on)
     assert eff["int8"] == pytest.approx(0.5) and eff["fp8"] == pytest.approx(0.25)

@@ -20,7 +20,9 @@ includes both its float and its integer tile paths.  The quotients pass of the "
 counts per entry of G, both sides' quotients.  The plane GEMM is the int8 launch the
 tuner takes on the H200 (``kernels.products.CONFIGS["int8"]``'s first Gluon config, byte
 residues): per entry its count is the epilogue's (the K loop's instructions are per K block,
-not per entry).  The table prints last.
+not per entry).  Each kernel's registers a thread (``kernels.ptx.registers``) say how many
+programs of it, or of any other kernel beside it, an SM's 65,536 registers hold.  The table
+prints last.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import sys
 import torch
 
 from kernels import accuracy, crt, products, residues
-from kernels.ptx import sass_listing, sass_opcodes
+from kernels.ptx import registers, sass_listing, sass_opcodes
 from ozaki.capacity import crt_capacity
 from ozaki.planning import moduli_for
 
@@ -60,25 +62,26 @@ def main() -> None:
     moduli = moduli_for("int8", k, crt_capacity(k, 53, 53), torch.device("cpu")).moduli
     entries_per_thread = crt.DECODE_BLOCK // (32 * crt.DECODE_WARPS)
     decode = crt.compile_kernel(moduli, residues="u8", aligned=True)
-    rows = [("decode", sass_opcodes(decode), entries_per_thread),
-            ("decode, common path", fall_through_opcodes(decode), entries_per_thread)]
+    rows = [("decode", decode, sass_opcodes(decode), entries_per_thread),
+            ("decode, common path", decode, fall_through_opcodes(decode), entries_per_thread)]
     for operand in ("a", "b"):
-        rows.append((f"encode {operand}", sass_opcodes(residues.compile_kernel(moduli, operand=operand)), None))
+        encode = residues.compile_kernel(moduli, operand=operand)
+        rows.append((f"encode {operand}", encode, sass_opcodes(encode), None))
     block_m, block_n = accuracy.QUOTIENTS_BLOCK
-    rows.append(("quotients", sass_opcodes(accuracy.compile_kernel(90, "quotients")),
-                 block_m * block_n // (32 * accuracy.QUOTIENTS_WARPS)))
+    quotients = accuracy.compile_kernel(90, "quotients")
+    rows.append(("quotients", quotients, sass_opcodes(quotients), block_m * block_n // (32 * accuracy.QUOTIENTS_WARPS)))
     gemm = next(config for config in products.CONFIGS["int8"] if config.gluon)
-    rows.append((f"plane GEMM {gemm.block_m}x{gemm.block_n}x{gemm.block_k}, {gemm.num_warps} warps",
-                 sass_opcodes(products.compile_kernel("int8", 90, gemm)),
-                 gemm.block_m * gemm.block_n // (32 * gemm.num_warps)))
+    plane_gemm = products.compile_kernel("int8", 90, gemm)
+    rows.append((f"plane GEMM {gemm.block_m}x{gemm.block_n}x{gemm.block_k}, {gemm.num_warps} warps", plane_gemm,
+                 sass_opcodes(plane_gemm), gemm.block_m * gemm.block_n // (32 * gemm.num_warps)))
     print(f"K = {k}: {len(moduli)} moduli {moduli}")
-    print("| kernel | SASS per thread | per entry | most frequent |")
-    print("| --- | --- | --- | --- |")
-    for name, counts, entries in rows:
+    print("| kernel | registers a thread | SASS per thread | per entry | most frequent |")
+    print("| --- | --- | --- | --- | --- |")
+    for name, compiled, counts, entries in rows:
         total = sum(counts.values())
         per_entry = f"{total / entries:.0f}" if entries else "–"
         common = ", ".join(f"{op} {n}" for op, n in counts.most_common(8))
-        print(f"| {name} | {total} | {per_entry} | {common} |")
+        print(f"| {name} | {registers(compiled)} | {total} | {per_entry} | {common} |")
 
 
 if __name__ == "__main__":

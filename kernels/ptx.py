@@ -21,7 +21,8 @@ from triton.compiler import ASTSource
 from triton.experimental.gluon._runtime import GluonASTSource
 from triton.runtime.interpreter import InterpretedFunction
 
-__all__ = ["LAUNCH_OPTIONS", "SassInstruction", "compile_kernel", "compile_ptx", "sass_listing", "sass_opcodes"]
+__all__ = ["LAUNCH_OPTIONS", "SassInstruction", "compile_kernel", "compile_ptx", "registers", "sass_listing",
+           "sass_opcodes"]
 
 # Options every kernel of this package is launched and compiled with.  Float multiply-adds
 # fused (FFMA, DFMA): Triton's default through 3.9, which says it will not fuse by default from
@@ -71,14 +72,25 @@ class SassInstruction(NamedTuple):
     operands: str
 
 
-def sass_listing(compiled) -> list[SassInstruction]:
-    """The SASS program of a compiled kernel (:func:`compile_kernel`) in address order, by the
-    cuobjdump that Triton bundles."""
+def _cuobjdump(compiled, option: str) -> str:
+    # What the cuobjdump that Triton bundles prints of a compiled kernel's cubin.
     with tempfile.NamedTemporaryFile(suffix=".cubin") as handle:
         handle.write(compiled.asm["cubin"])
         handle.flush()
-        sass = subprocess.run([knobs.nvidia.cuobjdump.path, "-sass", handle.name], capture_output=True, text=True,
+        return subprocess.run([knobs.nvidia.cuobjdump.path, option, handle.name], capture_output=True, text=True,
                               check=True).stdout
+
+
+def registers(compiled) -> int:
+    """Registers a thread of a compiled kernel (:func:`compile_kernel`) holds: with its threads per
+    program, how many of its programs (or of other kernels') an SM's 65,536 registers leave room for."""
+    return int(re.search(r"\bREG:(\d+)", _cuobjdump(compiled, "-res-usage")).group(1))
+
+
+def sass_listing(compiled) -> list[SassInstruction]:
+    """The SASS program of a compiled kernel (:func:`compile_kernel`) in address order, by the
+    cuobjdump that Triton bundles."""
+    sass = _cuobjdump(compiled, "-sass")
     # Lines like "/*0090*/  @!P0 DFMA R4, R2, UR4, R4 ;".
     return [SassInstruction(int(match.group(1), 16), bool(match.group(2)), match.group(3), match.group(4).strip())
             for match in re.finditer(r"^\s+/\*([0-9a-f]+)\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)[.\w]*([^;\n]*);",

@@ -333,11 +333,14 @@ def test_product_encodings_are_refused():
 
 _PTX_SCRIPT = """
 import json, sys
-from kernels.residues import compile_ptx
+from kernels.ptx import registers
+from kernels.residues import compile_kernel, compile_ptx
 from ozaki import catalog
 moduli = [m for m, _ in catalog.plan("fp64-int8-k16384").moduli]
-json.dump({f"{operand}-{computed}-{float_tiles}": compile_ptx(moduli, 90, operand, computed, float_tiles)
-           for operand in "ab" for computed in (True, False) for float_tiles in (True, False)}, open(sys.argv[1], "w"))
+json.dump({"ptx": {f"{operand}-{computed}-{float_tiles}": compile_ptx(moduli, 90, operand, computed, float_tiles)
+                   for operand in "ab" for computed in (True, False) for float_tiles in (True, False)},
+           "registers": {operand: registers(compile_kernel(moduli, 90, operand)) for operand in "ab"}},
+          open(sys.argv[1], "w"))
 """
 
 
@@ -352,7 +355,8 @@ def test_kernel_compiles_for_sm90_to_exact_float_residues(tmp_path):
     done = subprocess.run([sys.executable, "-c", _PTX_SCRIPT, str(tmp_path / "ptx.json")], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
-    for name, ptx in json.loads((tmp_path / "ptx.json").read_text()).items():
+    compiled = json.loads((tmp_path / "ptx.json").read_text())
+    for name, ptx in compiled["ptx"].items():
         assert ".entry _encode_kernel" in ptx, name
         assert re.search(r"add\.f64\s+%\w+, %\w+, 0d4338000000000000", ptx), name
         assert re.search(r"add\.f64\s+%\w+, %\w+, 0dC338000000000000", ptx), name
@@ -367,5 +371,12 @@ def test_kernel_compiles_for_sm90_to_exact_float_residues(tmp_path):
         assert re.search(r"(atom|red)\.global\.gpu\.relaxed\.max\.s32", ptx), name
     # A's int8 planes leave in one store of all a thread's bytes of a row (4 with the default
     # launch's 4 entries per thread: a 32-bit word), not byte by byte.
-    ptx_a = json.loads((tmp_path / "ptx.json").read_text())["a-True-True"]
+    ptx_a = compiled["ptx"]["a-True-True"]
     assert re.search(r"st\.global(\.v[24])?\.b32", ptx_a) and not re.search(r"st\.global\.(u|b|s)8\b", ptx_a)
+    # The default launches' register caps hold in the cubin (kernels.ptx.registers): Bᵀ's at the
+    # cap that fits five programs an SM; A's, uncapped, within the most a thread may hold.
+    for operand, side in (("a", "k"), ("b", "rows")):
+        cap = kernels.residues.ENCODE_LAUNCHES[side][2] or 255
+        assert 0 < compiled["registers"][operand] <= cap, (operand, compiled["registers"])
+    _, warps, cap = kernels.residues.ENCODE_LAUNCHES["rows"]
+    assert 5 * 32 * warps * cap <= 65536

@@ -404,13 +404,13 @@ def _efficiencies(rows: list[dict], calibration: dict) -> tuple[dict, list[str]]
             eff[digits] = _ASSUMED["tensor"]
             notes.append(f"{digits} efficiency {eff[digits]} ASSUMED: not measured in this run")
     eff["fp4"] = eff["int4"] = eff["fp8"]
-    notes.append(f"fp4 efficiency taken equal to fp8's (the {sheet.name} has no FP4 units to measure)")
+    notes.append("fp4 efficiency taken equal to fp8's (the run times no FP4 GEMM: Hopper has no FP4 units)")
     natives = [r for r in rows if r["method"] == "torch" and r.get("status") == "ok"]
     if natives:
         best = max(natives, key=lambda r: r["m"] * r["k"] * r["n"])
         eff["fp64"] = best["tflops"] * 1e12 / sheet.fp64
         notes.append(f"fp64 efficiency {eff['fp64']:.3f}: cuBLAS DGEMM {best['tflops']:.1f} TFLOP/s at "
-                     f"{best['m']}x{best['k']}x{best['n']} in this run / {sheet.fp64 / 1e12:.0f} T {sheet.name} "
+                     f"{best['m']}x{best['k']}x{best['n']} in this run / {sheet.fp64 / 1e12:g} T {sheet.name} "
                      "datasheet")  # fmt: skip
     else:
         eff["fp64"] = _ASSUMED["fp64"]

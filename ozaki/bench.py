@@ -378,10 +378,10 @@ def _run(args, shapes, cuda: bool, save: Callable[[list[dict]], None]) -> tuple[
 
 
 def _calibration_device(calibration: dict) -> str | None:
-    """The key in DEVICES of the device this run measured on (matched as ozaki.cost.profile_for does), or None."""
-    name, capability = calibration.get("device", "").upper(), calibration.get("capability")
-    return next((key for key, device in DEVICES.items()
-                 if device.name in name and (capability is None or capability[0] == device.major)), None)
+    """The key in DEVICES of the device this run measured on, or None (a CPU run, an unlisted device)."""
+    if "capability" not in calibration:
+        return None
+    return cost.device_key(calibration.get("device", ""), calibration["capability"])
 
 
 def _efficiencies(rows: list[dict], calibration: dict) -> tuple[dict, list[str]]:

@@ -35,8 +35,8 @@ from typing import NamedTuple
 
 __all__ = [
     "DEVICES", "EMULATION_MARGIN", "H100_RECORD", "H200_RECORD", "PLANNED_SHARE", "RECORDS", "RESIDUE_BYTES", "Device",
-    "Prediction", "Profile", "Verdict", "dgemm_seconds", "predict", "profile_for", "stream_rows", "verdict",
-    "workspace_bytes",
+    "Prediction", "Profile", "Verdict", "device_key", "dgemm_seconds", "predict", "profile_for", "stream_rows",
+    "verdict", "workspace_bytes",
 ]  # fmt: skip
 
 
@@ -400,10 +400,15 @@ def _profile(key: str) -> Profile:
     )  # fmt: skip
 
 
+def device_key(name: str, capability: tuple[int, int]) -> str | None:
+    """The key in :data:`DEVICES` of the CUDA device with this name (``torch.cuda.get_device_name``)
+    and compute capability, or None for a device the table does not know."""
+    return next((key for key, device in DEVICES.items()
+                 if device.name in name.upper() and capability[0] == device.major), None)
+
+
 def profile_for(name: str, capability: tuple[int, int]) -> Profile | None:
-    """The profile of the CUDA device with this name (``torch.cuda.get_device_name``) and
-    compute capability, or None for a device the table does not know."""
-    for key, device in DEVICES.items():
-        if device.name in name.upper() and capability[0] == device.major:
-            return _profile(key)
-    return None
+    """The profile of the CUDA device with this name and compute capability (:func:`device_key`),
+    or None for a device the table does not know."""
+    key = device_key(name, capability)
+    return None if key is None else _profile(key)

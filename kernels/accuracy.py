@@ -16,7 +16,7 @@ int8 product of codes once:
 For rows held K-contiguous (A's, row-major) :func:`row_reading_kernel` makes both passes, the
 extents before them (``kernels.scaling.row_extents_kernel``) and the per-line steps between
 them in one launch: each program reads its row three times, the second and third time partly
-from L2, where three launches read it from memory three times.
+from L2, rather than three launches each reading it from memory.
 
 Each pass reads the input through its strides (Bᵀ's rows, B's columns, in place); the lower
 pass writes its codes K-contiguous and zero-padded to the shape the int8 GEMM takes
@@ -82,17 +82,16 @@ class UpperReading(NamedTuple):
 # read coalesced; the lower codes leave K-contiguous (for Bᵀ through a layout change in
 # shared memory).  The upper pass keeps three float64 accumulators per entry (U, the code
 # sums and squares); its tile depends on the input's unit-stride axis ("k": rows of A;
-# "rows": Bᵀ read in place).  Each was the fastest of eleven on the H200 at n = 16384
-# (benchmarks/kernels.md, "The rule's passes"): the lower pass's for both operands (A 1.75 →
-# 0.76 ms, Bᵀ 0.68 → 0.61 against 32 x 64), the upper pass's A 0.87 → 0.60 ms and Bᵀ 1.63 →
-# 0.62 against 32 x 64.
+# "rows": Bᵀ read in place).  Tiles are empirical: each is the fastest of those timed for its
+# pass and layout (see benchmarks/kernels.md, "The rule's passes and conversions" for the
+# lower pass and "Float tiles in the encode, float64 sums in the upper pass" for the upper).
 UPPER_BLOCKS = {"k": (64, 16), "rows": (8, 128)}
 LOWER_BLOCK = (64, 16)
 CODES_WARPS = 4
 # Rows x columns of G per program of the quotient pass: each program writes its tile's
 # minima per row and per column, which torch's amin finishes over the tiles.  The fastest of
-# eight on the H200 at n = 16384 (1.127 → 0.675 ms against 64 x 64 with 8 warps;
-# benchmarks/kernels.md, "Float tiles in the encode, float64 sums in the upper pass").
+# the tiles timed (see benchmarks/kernels.md, "Float tiles in the encode, float64 sums in the
+# upper pass").
 QUOTIENTS_BLOCK = (128, 32)
 QUOTIENTS_WARPS = 4
 # The upper pass sums in float64 integers: a program's chunk of K holds at most this many
@@ -284,10 +283,9 @@ class RowReading(NamedTuple):
     codes: torch.Tensor  # int8, ``padded``: the lower codes
 
 
-# (K per tile, rows per program) and warps of :func:`row_reading_kernel`: the fastest of
-# nineteen launches on an H100 at n = 8192 and 16384 (benchmarks/kernels.md, "The rule's
-# reading of A in one launch"), one row per program, whose later walks find part of the row
-# in L2: 1.52 ms at 16384 where one read of A takes 0.69 and the separate passes 2.77.
+# (K per tile, rows per program) and warps of :func:`row_reading_kernel`: one row per program,
+# so that a program's second and third walks find part of its row still in L2; the fastest of
+# the launches timed (see benchmarks/kernels.md, "The rule's reading of A in one launch").
 ROW_READING_LAUNCH = ((2048, 1), 8)
 
 

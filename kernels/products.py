@@ -144,21 +144,25 @@ class PlaneGemmConfig:
 # First entry of each list is the default; the launcher takes the first entry whose
 # exactness windows admit the planes.  Benchmarks time the whole list.
 CONFIGS: dict[str, tuple[PlaneGemmConfig, ...]] = {
-    # int8: the Triton kernel's configs ordered by the H200 timings of 16-moduli launches at n = 8192 and
-    # 16384 in benchmarks/kernels.md, then the Gluon kernel's (never the default: it runs on sm_90 alone,
-    # where the tuner times it); e4m3 and e2m1 by the earlier timings at 8192^3 there.
+    # int8: the Triton kernel's configs in order of their times for 16-moduli launches at n = 8192 and
+    # 16384 (benchmarks/kernels.md), then the Gluon kernel's (never the default: it runs on sm_90 alone,
+    # where the tuner times it); e4m3 and e2m1 in order of their times at 8192³ (benchmarks/kernels.md,
+    # "Throughput at 8192³ (run 2)").
     "int8": (
         # The default, which runs wherever Triton does (the interpreter included).
         PlaneGemmConfig(128, 128, 128, num_warps=4, num_stages=3, tma=True, programs_per_sm=2),
         PlaneGemmConfig(128, 256, 128, num_warps=8, num_stages=3, tma=True),
         # Pointer loads: operands past the int32 row coordinates of TMA descriptors.
         PlaneGemmConfig(128, 256, 128, num_warps=8, num_stages=3),
-        # kernels.wgmma_products, where a launch admits it (config_refusal): the fastest on the H200.
+        # kernels.wgmma_products, where a launch admits it (config_refusal): it keeps a wgmma group in
+        # flight where the Triton kernel waits for each (benchmarks/kernels.md, "The Gluon plane GEMM:
+        # one wgmma group kept in flight").
         PlaneGemmConfig(128, 256, 128, num_warps=8, num_stages=3, tma=True, gluon=True),
         PlaneGemmConfig(128, 256, 128, num_warps=8, num_stages=4, tma=True, gluon=True),
         # The same tile with groups of sixteen row tiles in the walk (kernels.wgmma_products._tile_origin):
-        # 1.5% faster than groups of eight at 16384 on an H100 and 1% on an H200, tied at 8192
-        # (benchmarks/kernels.md); the tuner times both.
+        # which grouping shares the L2 better depends on the shape (benchmarks/kernels.md, "The plane GEMM
+        # on an H100: coefficients of 1 timed, two staggered consumers tried and left out, sixteen tile
+        # rows per group"), so the tuner times both.
         PlaneGemmConfig(128, 256, 128, num_warps=8, num_stages=3, group_m=16, tma=True, gluon=True),
     ),
     "e4m3": (

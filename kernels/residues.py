@@ -55,11 +55,11 @@ __all__ = ["ENCODE_LAUNCHES", "MAX_MODULUS", "MAX_SHIFT", "compile_kernel", "com
 # Rows x K per program, warps per program and the registers a thread may hold (None: as the
 # compiler likes), by the input's unit-stride axis ("k": rows of A; "rows": Bᵀ read in place):
 # the kernel is elementwise, so any power-of-two tile is correct; encode_planes takes others
-# (block=, num_warps=) for a sweep on the GPU.  The fastest for each operand on the H200 at
-# n = 8192 and 16384 (benchmarks/kernels.md, "Float tiles in the encode, float64 sums in the
-# upper pass" and "Tiles and register caps, again").  Bᵀ's tile, whose planes go through
-# shared memory to leave K-contiguous, takes 98 registers a thread, four programs per SM;
-# capped at 96 (two spill), five fit, and it runs 10% faster.
+# (block=, num_warps=) for a sweep on the GPU.  Each is the fastest of the tiles timed for its
+# operand (see benchmarks/kernels.md, "Float tiles in the encode, float64 sums in the upper
+# pass" and "Tiles and register caps, again").  Bᵀ's tile, whose planes go through shared
+# memory to leave K-contiguous, takes 98 registers a thread, four programs per SM; its encode
+# is bound by the loads in flight, so it is capped at 96 (two spill), where five fit.
 ENCODE_LAUNCHES = {"k": ((2, 256), 4, None), "rows": ((8, 128), 4, 96)}
 # The residue step keeps |c| < 2**45 and rounds c/m within 1/(2m) (see _encode_kernel).
 MAX_MODULUS = 2**12

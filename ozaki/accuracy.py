@@ -172,8 +172,9 @@ def _code_product(codes_a: torch.Tensor, codes_bt: torch.Tensor, m: int, n: int,
 
 def _int8_sums(a: torch.Tensor, bt: torch.Tensor, kernels: bool) -> torch.Tensor:
     """a·btᵀ in int32 for codes in [0, 127], exact (K·127² < 2^31): with ``kernels`` the plane
-    GEMM of ``kernels.products`` (on the H200, n = 16384, 12.7 ms for two such GEMMs against
-    ``torch._int_mm``'s 17.5, benchmarks/RESULTS.md 07:48 and 08:51 UTC), else ``torch._int_mm``."""
+    GEMM of ``kernels.products``, tuned on the device, which outruns ``torch._int_mm`` on Hopper
+    (benchmarks/RESULTS.md, "2026-12-02 08:51 UTC, one H200: faster than DGEMM at n = 16384", against
+    "2026-12-02 07:48 UTC, one H200: the "fp64" rule's reads on Triton"), else ``torch._int_mm``."""
     if not kernels:
         return torch._int_mm(a, bt.T)
     config = tuned_plane_config("int8", a.shape[0], bt.shape[0], a.shape[1], 1, CODE_MAX**2, a.device,

@@ -1,6 +1,6 @@
 """Where a plan's statistics become those of the whole product.
 
-A plan (:func:`ozaki.planning.plan_product`) reads statistics of its operands: per row of A
+A plan decides from statistics of its operands (stage 1's read, :mod:`ozaki.reading`): per row of A
 and column of B, reductions over K (extents, sums, code products); over all rows or all
 columns, minima and maxima (the "fp64" levels, p and q, the guard).  On one device every
 operand is whole and each statistic already is the whole product's.  When the operands are
@@ -9,7 +9,7 @@ over a split axis becomes a collective, and every rank then makes the plan one d
 make of the gathered matrices.
 
 :class:`Agreement` is the one-device case: every method returns what it is given, so the
-one-device plan is computed exactly as before, at no cost.  Each method names the reduction
+one-device plan is computed exactly as without an agreement, at no cost.  Each method names the reduction
 the caller applies; every one of them is exact (integer sums, minima and maxima), so the
 agreed statistic is the whole product's bit for bit, whatever order the ranks combine in.
 """

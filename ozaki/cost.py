@@ -84,14 +84,14 @@ DEVICES = {
 # reads FP4 two to a byte.
 PLANE_BYTES = {"int8": 1.0, "fp8": 1.0, "fp4": 0.5, "int4": 0.5, "reference": 8.0}
 
-# benchmarks/RESULTS.md, "2026-12-06 04:09–04:11 UTC, one H200: the cost model's record": ozaki.matmul with the
-# int8 engine, accuracy fp64, phi = 0.5; per (M, K, N): the plan's moduli, the seconds of (plan, encode, products,
-# decode) each timed between synchronisations (one call each), of the whole call, and of DGEMM in the same run:
-# each the median of four runs on one machine (two sweeps and the int8 rows of two `auto` benches; 10240³ and
-# 24576³, in the sweeps only, the mean of two), with A's reading in one launch (kernels.accuracy.row_reading_kernel).
-# A median, as one run's stages of 4096×65536×4096 came from a slow call (summing to 42.9 ms against its run's
-# median call of 33.8).  A call of a shape planned before starts its encodes while the plan's read is in flight
-# (ozaki.planning.plan_product's ``early``), which the stages, timed between synchronisations, leave out.
+# The H200's record (benchmarks/RESULTS.md, "2026-12-06 04:09–04:11 UTC, one H200: the cost model's record;
+# 1.23–1.25× DGEMM at 8192", which says how each figure was taken): ozaki.matmul with the int8 engine, accuracy
+# fp64, phi = 0.5, A's reading in one launch (kernels.accuracy.row_reading_kernel); per (M, K, N): the plan's
+# moduli, the seconds of (plan, encode, products, decode) each timed between synchronisations (one call each), of
+# the whole call, and of DGEMM in the same run.  Each figure is a median over runs where there are more than two,
+# so that one slow call's stages do not move the fit.  A call of a shape planned before starts its encodes while
+# the plan's read is in flight (ozaki.pipeline.prepare's ``early``), which the stages, timed between
+# synchronisations, leave out.
 H200_RECORD = {
     (4096, 4096, 4096): (16, 0.001673, 0.0005674, 0.001923, 0.0003429, 0.003799, 0.002287),
     (6144, 6144, 6144): (16, 0.00184, 0.0009305, 0.005392, 0.0006497, 0.007897, 0.007853),
@@ -105,12 +105,12 @@ H200_RECORD = {
     (4096, 65536, 4096): (16, 0.005886, 0.005099, 0.02424, 0.0005558, 0.03404, 0.04071),
 }
 
-# benchmarks/RESULTS.md, "2026-12-07 00:45–00:50 UTC, one H100: launches without Triton's dispatch; `auto` at
-# 6144³": the same columns as H200_RECORD, on two H100 80GB HBM3 machines, per shape the mean of each machine's
-# figure: the 2026-12-05 19:10–19:11 machine's (the mean of two runs' medians) and the 2026-12-07 machine's (the
-# median of its one to four bench runs; 10240³, not run there, from the first machine alone), with A's reading
-# in one launch (kernels.accuracy.row_reading_kernel).  Two machines, because their hosts differ where the calls
-# wait for the host's launches: 6144³ ran 0.90× DGEMM's time on the first and 1.11× on the second.
+# The H100's record (benchmarks/RESULTS.md, "2026-12-07 00:45–00:50 UTC, one H100: launches without Triton's
+# dispatch; `auto` at 6144³", which says how each figure was taken, from its own runs and those of "2026-12-05
+# 19:10–19:11 UTC, one H100: the cost model's record"): the same columns as H200_RECORD, with A's reading in one
+# launch, per shape the mean of two H100 80GB HBM3 machines' figures.  Two machines, because where a call waits
+# for the host's launches (6144³ and below) its time follows the host, enough to put the emulation on either
+# side of DGEMM: a fit to one host would place the crossing where only that host has it.
 H100_RECORD = {
     (4096, 4096, 4096): (16, 0.00149, 0.000584, 0.001977, 0.0003491, 0.003909, 0.002307),
     (6144, 6144, 6144): (16, 0.001865, 0.001041, 0.005473, 0.0006406, 0.008044, 0.008029),
@@ -204,11 +204,10 @@ def _decode_traffic(m: int, n: int, moduli: int) -> float:
 def _plan_traffic(m: int, k: int, n: int) -> float:
     # Three reads of A and B (extents, which also show NaN and inf; the upper sums; the lower
     # codes) and the lower codes written, one byte an entry; the code GEMM's int32 product
-    # written and read again by the quotient pass.  A's three are one launch since
-    # kernels.accuracy.row_reading_kernel, whose later walks hit L2 in part: the traffic stays a
-    # measure of the work, and each record's fitted efficiency says how fast it ran (H100_RECORD
-    # was taken with the one launch; H200_RECORD before it, so the H200's profile overestimates
-    # the plan by up to A's saving, 1.25 ms at 16384 on an H100, until refitted).
+    # written and read again by the quotient pass.  Where kernels.accuracy.row_reading_kernel
+    # applies, A's three reads are one launch whose later walks hit L2 in part: the traffic stays
+    # a measure of the work, and each record's fitted efficiency says how fast it runs (both
+    # records were taken with A's reading in one launch).
     return (m * k + k * n) * (3 * 8 + 1) + m * n * 2 * 4
 
 
@@ -245,9 +244,11 @@ def dgemm_seconds(profile: Profile, m: int, k: int, n: int) -> float:
 
 # The emulation is chosen where it is predicted this much faster than DGEMM or more.  On the
 # record the predicted ratio of the two times errs toward the emulation by at most 4% from
-# 7168³ up, where they cross (7168³ ran 0.96× and 1.07× DGEMM in the sweep's two runs), and
-# machines differ by a few percent more (benchmarks/RESULTS.md): a closer call could go either
-# way, and engine="auto" should never be the slower of the two by more than a few percent.
+# 7168³ up, where they cross and runs of one shape on one machine differ by several percent
+# (benchmarks/RESULTS.md, "2026-12-03 19:10–19:27 UTC, one H200 per run: the cost model on a
+# sweep of sizes; `auto` emulates from 8192³"), and machines differ by a few percent more: a
+# closer call could go either way, and engine="auto" should never be the slower of the two by
+# more than a few percent.
 EMULATION_MARGIN = 0.95
 
 
@@ -273,8 +274,10 @@ PLANNED_SHARE = 0.98
 # kernels.products.CONFIGS): only the last block of a product ends in a partial tile.
 ROW_GRANULE = 128
 # Where no block height meets the budget (B's planes alone past it), the blocks this many:
-# each block costs launches, syncs and a check of all of B's planes, and on the H200 fp8
-# planes streamed in 128-row blocks took seconds at n = 4096 for a peak barely lower.
+# each block costs launches, syncs and a check of all of B's planes, so blocks of one granule
+# would cost far more time than the little memory they save (benchmarks/RESULTS.md,
+# "2026-11-29 19:50 UTC, one H200 (issues 4, 6): exact CRT sign, float encode, streamed fused
+# path, native fallback").
 BLOCKS_PAST_BUDGET = 8
 
 

@@ -17,7 +17,7 @@ _timing = threading.local()
 def stage_times():
     """Collects seconds per stage ("plan", "encode", "products", "decode") of the products run inside,
     on this thread; CUDA is synchronized at each stage boundary only while collecting, and no
-    call starts its encodes before its plan's read (``ozaki.pipeline.early_encodes``), so that
+    call starts its encodes before its plan's read (``ozaki.pipeline.prepare``'s ``early``), so that
     each stage keeps its own time."""
     times: dict[str, float] = {}
     outer = getattr(_timing, "times", None)

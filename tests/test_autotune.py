@@ -375,7 +375,7 @@ def test_winners_persist_across_processes_on_disk(fake_gpu, monkeypatch, tmp_pat
     path = autotune.cache_file("cpu")
     assert path.parent == tmp_path and path.exists()
     # A new process: nothing in memory, the winner read from disk, nothing timed.
-    monkeypatch.setattr(autotune, "_winners", {})
+    clear_cache()
     assert best_config("tc_sum.float16", run, key=(8, 4096), device="cpu") == TC_SUM_CONFIGS[2]
     assert len(clock.timed) == size
     # A stored winner outside the class the tuner would time (a stale or edited file) is timed again.
@@ -383,7 +383,7 @@ def test_winners_persist_across_processes_on_disk(fake_gpu, monkeypatch, tmp_pat
     [entry] = stored
     stored[entry] = [list(pair) for pair in _frozen(TC_SUM_CONFIGS[ORDER_CHANGING])]
     path.write_text(json.dumps(stored))
-    monkeypatch.setattr(autotune, "_winners", {})
+    clear_cache()
     assert best_config("tc_sum.float16", run, key=(8, 4096), device="cpu") == TC_SUM_CONFIGS[2]
     assert len(clock.timed) == 2 * size
     assert json.loads(path.read_text())[entry] == [list(pair) for pair in _frozen(TC_SUM_CONFIGS[2])]

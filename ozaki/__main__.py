@@ -1,73 +1,92 @@
-"""``python -m ozaki demo`` (the main job), ``python -m ozaki bench`` (the benchmarks) and
-``python -m ozaki warmup`` (compile and tune ahead of time, for deployments)."""
+"""``python -m ozaki``, the command line: ``demo`` (the main job), ``bench`` (the benchmarks, :mod:`ozaki.bench`)
+and ``warmup`` (compile and tune ahead of time, for deployments).  A bad argument ends a command with
+argparse's usage line and one error line, exit status 2."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 import time
+from typing import Sequence
 
 import numpy as np
 import torch
 
+from . import bench
+from .bench.common import accuracy, finite_float, int_at_least, int_list, known_names, positive_int
 from .exact import exact_matmul
 from .frontend import matmul
+from .planning import PLAN_ENGINES
+
+__all__ = ["main"]
 
 
-def demo(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ozaki demo", description="An emulated FP64 product, checked.")
-    parser.add_argument("--n", type=int, default=1024, help="matrix size (default 1024)")
-    parser.add_argument("--phi", type=float, default=0.5, help="exponent spread: entries (rand-0.5)*exp(phi*randn)")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
+def _device(text: str) -> torch.device:
+    """The argument type of --device: a device of this machine that ozaki.matmul runs on."""
+    try:
+        device = torch.device(text)
+    except RuntimeError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a device such as cpu, cuda or cuda:1") from None
+    if device.type not in ("cpu", "cuda"):
+        raise argparse.ArgumentTypeError(f"{text!r}: the demo runs on cpu or cuda")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise argparse.ArgumentTypeError(f"{text!r}: this machine has no CUDA device (use --device cpu)")
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise argparse.ArgumentTypeError(f"{text!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    return device
 
+
+def _progress(text: str) -> None:
+    """What the demo is doing, on stderr (stdout keeps the table): its first call alone takes seconds."""
+    print(text, file=sys.stderr, flush=True)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    n, cuda = args.n, args.device.type == "cuda"
+    _progress(f"making two {n}x{n} matrices")
     rng = np.random.default_rng(args.seed)
-    a, b = ((rng.random((args.n, args.n)) - 0.5) * np.exp(args.phi * rng.standard_normal((args.n, args.n))) for _ in range(2))
+    a, b = ((rng.random((n, n)) - 0.5) * np.exp(args.phi * rng.standard_normal((n, n))) for _ in range(2))
     ta, tb = torch.from_numpy(a).to(args.device), torch.from_numpy(b).to(args.device)
 
     # The first call loads the catalog; on a GPU it also compiles the kernels and tunes them
     # for this shape, so it runs once untimed on the full inputs.
-    matmul(ta, tb) if ta.is_cuda else matmul(ta[:64, :64], tb[:64, :64])
+    if cuda:
+        _progress("first call, untimed (loads the catalog, compiles and tunes the kernels for this shape)")
+        matmul(ta, tb)
+    else:
+        _progress("first call, untimed (loads the catalog)")
+        matmul(ta[:64, :64], tb[:64, :64])
     timings = {}
     for name, product in (("ozaki.matmul", lambda: matmul(ta, tb)), ("native float64", lambda: ta @ tb)):
+        _progress(f"timing {name}")
         start = time.perf_counter()
         result = product()
-        if args.device.startswith("cuda"):
-            torch.cuda.synchronize()
+        if cuda:
+            torch.cuda.synchronize(args.device)
         timings[name] = (time.perf_counter() - start, result.cpu().numpy())
 
-    block = slice(0, 16)
+    side = min(16, n)
+    block = slice(0, side)
+    _progress(f"exact reference of a {side}x{side} block")
     reference = exact_matmul(a[block], b[:, block])
-    print(f"C = A @ B, n = {args.n}, entries (rand-0.5)*exp({args.phi}*randn), device {args.device}")
-    print(f"{'method':<16} {'time (s)':>10} {'max rel. error':>16} {'median rel. error':>18}   (16x16 block vs exact)")
+    print(f"C = A @ B, n = {n}, entries (rand-0.5)*exp({args.phi}*randn), device {args.device}")
+    print(f"{'method':<16} {'time (s)':>10} {'max rel. error':>16} {'median rel. error':>18}   "
+          f"({side}x{side} block vs exact)")
     for name, (seconds, result) in timings.items():
         error = np.abs(result[block, block] - reference) / np.abs(reference)
         print(f"{name:<16} {seconds:>10.3f} {error.max():>16.2e} {np.median(error):>18.2e}")
     return 0
 
 
-def warmup(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m ozaki warmup",
-        description="Compile the kernels and tune their configs for this GPU ahead of time: one emulated product "
-                    "per size and engine, so that later processes find both in the on-disk caches (Triton's and "
-                    "ozaki's, OZAKI_CACHE_DIR) and their first call runs without compiling or tuning.")
-    parser.add_argument("--sizes", default="1024,4096,8192,16384",
-                        help="square sizes n; the tuner keys configs by power-of-two buckets of M, N, K "
-                             "(default 1024,4096,8192,16384)")
-    parser.add_argument("--engines", default="int8", help="plan engines from int8,fp8,fp4 (default int8)")
-    parser.add_argument("--accuracy", default="fp64", help="fp64, exact or a number of bits (default fp64)")
-    args = parser.parse_args(argv)
+def _warmup(args: argparse.Namespace) -> int:
     if not torch.cuda.is_available():
-        parser.error("no CUDA device: the CPU path compiles and tunes nothing")
-    accuracy = int(args.accuracy) if args.accuracy.isdigit() else args.accuracy
+        args.parser.error("no CUDA device: the CPU path compiles and tunes nothing")
     generator = torch.Generator(device="cuda").manual_seed(0)
-    for n in (int(size) for size in args.sizes.split(",")):
+    for n in args.sizes:
         a, b = ((torch.rand((n, n), generator=generator, device="cuda", dtype=torch.float64) - 0.5) for _ in range(2))
-        for engine in args.engines.split(","):
+        for engine in args.engines:
             start = time.perf_counter()
-            matmul(a, b, accuracy=accuracy, engine=engine)
+            matmul(a, b, accuracy=args.accuracy, engine=engine)
             torch.cuda.synchronize()
             print(f"n = {n}, engine {engine}: {time.perf_counter() - start:.2f} s", flush=True)
         del a, b
@@ -75,19 +94,49 @@ def warmup(argv: list[str]) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    commands = ("demo", "bench", "warmup")
-    if not argv or argv[0] not in commands:
-        print(f"usage: python -m ozaki {{{','.join(commands)}}} [options]   (-h after a command for its options)")
-        return 2
-    if argv[0] == "demo":
-        return demo(argv[1:])
-    if argv[0] == "warmup":
-        return warmup(argv[1:])
-    from .bench import main as bench_main
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m ozaki", description="FP64 matrix products emulated on low-precision tensor cores.",
+        epilog="python -m ozaki COMMAND -h lists a command's options.")
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
+    demo = commands.add_parser("demo", help="an emulated FP64 product, timed and checked against the exact one",
+                               description="An emulated FP64 product, checked.")
+    demo.add_argument("--n", type=positive_int, default=1024, help="matrix size (default 1024)")
+    demo.add_argument("--phi", type=finite_float, default=0.5,
+                      help="exponent spread: entries (rand-0.5)*exp(phi*randn) (default 0.5)")
+    demo.add_argument("--device", type=_device, default="cuda" if torch.cuda.is_available() else "cpu",
+                      help="cpu or cuda[:index] (default: cuda where there is one)")
+    demo.add_argument("--seed", type=int_at_least(0), default=0)
+    demo.set_defaults(run=_demo)
+    # Only listed here: the benchmark commands parse their own options (main hands them over unparsed).
+    commands.add_parser("bench", help="speed and accuracy against native float64 (--distributed: on a mesh, "
+                                      "under torchrun)")
+    warmup = commands.add_parser(
+        "warmup", help="compile and tune the kernels for this GPU ahead of time",
+        description="Compile the kernels and tune their configs for this GPU ahead of time: one emulated product "
+                    "per size and engine, so that later processes find both in the on-disk caches (Triton's and "
+                    "ozaki's, OZAKI_CACHE_DIR) and their first call runs without compiling or tuning.")
+    warmup.add_argument("--sizes", type=int_list, default=(1024, 4096, 8192, 16384),
+                        help="square sizes n; the tuner keys configs by power-of-two buckets of M, N, K "
+                             "(default 1024,4096,8192,16384)")
+    warmup.add_argument("--engines", type=known_names(PLAN_ENGINES, "engine"), default=("int8",),
+                        help=f"plan engines from {','.join(PLAN_ENGINES)} (default int8)")
+    warmup.add_argument("--accuracy", type=accuracy, default="fp64",
+                        help="fp64, exact or a number of bits (default fp64)")
+    warmup.set_defaults(run=_warmup, parser=warmup)
+    return parser
 
-    return bench_main(argv[1:])
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["bench"]:
+        return bench.main(argv[1:])
+    parser = _parser()
+    if not argv:
+        parser.print_help(sys.stderr)
+        return 2
+    args = parser.parse_args(argv)
+    return args.run(args)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""ozaki.bench: the CPU run end to end, its exact error measure, and the projection model."""
+"""ozaki.bench: the CPU run end to end, its exact error measure, the projection model, and the refusal of bad
+arguments (the one-device command's and the distributed one's)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from hypothesis.extra.numpy import arrays
 
 import ozaki
 from ozaki import accuracy, bench, cost, planning, timing
+from ozaki.bench import one_device
 
 U = 2.0**-53
 
@@ -92,11 +94,20 @@ def test_budget_stops_starting_shapes(tmp_path):
         (["--sizes", "a,b"], "not a comma-separated list"),
         (["--reps", "0"], "at least 1"),
         (["--sample", "x"], "not an integer"),
+        (["--engines", "auto,int7"], "unknown engine(s) ['int7']"),
+        (["--accuracy", "fp64,fast"], "accuracy='fast' is not one of"),
+        (["--accuracy", "0"], "accuracy=0: a number of input bits must lie in"),
+        (["--phi", "nan"], "a finite number is needed"),
+        (["--phi", "wide"], "is not a number"),
+        (["--distributed", "--layouts", "rows,diagonal"], "unknown layout(s) ['diagonal']"),
+        (["--distributed", "--accuracy", "fast"], "accuracy='fast' is not one of"),
+        (["--distributed", "--cpu"], "unrecognized arguments: --cpu"),
     ],
 )
 def test_bad_arguments_are_refused(argv, message, capsys):
-    with pytest.raises(SystemExit):
-        bench.main(["--cpu", *argv])
+    with pytest.raises(SystemExit) as refused:
+        bench.main(argv)
+    assert refused.value.code == 2
     assert message in capsys.readouterr().err
 
 
@@ -110,7 +121,7 @@ def test_exact_product_matches_rational_arithmetic(s, k, t, data):
     b = data.draw(arrays(np.float64, (k, t), elements=finite))
     want = [[sum((Fraction(a[i, x]) * Fraction(b[x, j]) for x in range(k)), Fraction(0)) for j in range(t)]
             for i in range(s)]  # fmt: skip
-    assert bench._exact_product(a, b) == want
+    assert one_device._exact_product(a, b) == want
 
 
 @pytest.mark.parametrize(
@@ -125,13 +136,13 @@ def test_exact_product_matches_rational_arithmetic(s, k, t, data):
     ],
 )
 def test_errors_of_single_entries(got, exact, scale, want):
-    assert bench._errors(np.array([[got]]), [[exact]], np.array([[scale]])) == want
+    assert one_device._errors(np.array([[got]]), [[exact]], np.array([[scale]])) == want
 
 
 def test_errors_median_over_entries():
     got = np.array([[1.0, 2.0, 4.5]])
     exact = [[Fraction(1), Fraction(1), Fraction(4)]]
-    rel_max, rel_median, _ = bench._errors(got, exact, np.ones((1, 3)))
+    rel_max, rel_median, _ = one_device._errors(got, exact, np.ones((1, 3)))
     assert (rel_max, rel_median) == (1.0, 0.125)
 
 
@@ -156,7 +167,7 @@ def test_projection_model_and_calibration():
     shapes = [(1000, 1000, 1000), (1000, 4096, 1000)]
     measured = _measured_rows()
     calibration = {"bandwidth": 2.4e12, "device": "NVIDIA H200", "capability": (9, 0)}
-    table, notes = bench._project(plans, ["h200", "b200", "b300"], shapes, measured, calibration)
+    table, notes = one_device._project(plans, ["h200", "b200", "b300"], shapes, measured, calibration)
     got = {(r["device"], r["plan"], r["k"]): r for r in table}
     # int8 stops at its k_max; B300 has no usable INT8 and the H200 no FP4: those are left out, and said so.
     assert sorted(got) == [("B200", "f", 1000), ("B200", "f", 4096), ("B200", "i", 1000), ("B300", "f", 1000),
@@ -181,7 +192,7 @@ def test_projection_model_and_calibration():
     assert got[("H200", "i", 1000)]["measured_s"] == 0.01 and fp4["measured_s"] is None
     assert {r["calibration"] for r in table} == {"H200 run"}
     assert not any("WARNING" in n for n in notes)
-    table, notes = bench._project(plans, ["b200"], shapes, measured, {**calibration, "device": "NVIDIA L40S"})
+    table, notes = one_device._project(plans, ["b200"], shapes, measured, {**calibration, "device": "NVIDIA L40S"})
     assert any(n.startswith("WARNING: measured on 'NVIDIA L40S'") for n in notes)
     assert {r["calibration"] for r in table} == {"run on a device without datasheet figures"}
 
@@ -192,32 +203,32 @@ def test_projection_is_calibrated_against_the_measured_devices_datasheet():
     plans, shapes = [_plan("i", "int8", 10, 4, 2048)], [(1000, 1000, 1000)]
     measured = _measured_rows()
     on = {"bandwidth": 1.675e12, "device": "NVIDIA H100 80GB HBM3", "capability": (9, 0)}
-    eff, notes = bench._efficiencies(measured, on)
+    eff, notes = one_device._efficiencies(measured, on)
     assert eff["int8"] == pytest.approx(0.5) and eff["fp8"] == pytest.approx(0.25)
     assert eff["fp64"] == pytest.approx(0.5) and eff["bandwidth"] == pytest.approx(0.5)
     assert not any("WARNING" in n for n in notes) and any("3.35 TB/s H100 datasheet" in n for n in notes)
-    table, _ = bench._project(plans, ["h100", "h200"], shapes, measured, on)
+    table, _ = one_device._project(plans, ["h100", "h200"], shapes, measured, on)
     got = {r["device"]: r for r in table}
     assert {r["calibration"] for r in table} == {"H100 run"}
     assert got["H100"]["measured_s"] == 0.01 and got["H200"]["measured_s"] is None
     # A name without its compute capability's major is not the datasheet's device (ozaki.cost.device_key).
-    assert bench._calibration_device({**on, "capability": (8, 0)}) is None
-    assert bench._calibration_device({"device": "NVIDIA H200", "capability": (9, 0)}) == "h200"
+    assert one_device._calibration_device({**on, "capability": (8, 0)}) is None
+    assert one_device._calibration_device({"device": "NVIDIA H200", "capability": (9, 0)}) == "h200"
     # A device the datasheet lists without a unit (the A100 has no FP8) measures nothing of it.
-    eff, notes = bench._efficiencies(measured, {"bandwidth": 1e12, "device": "NVIDIA A100-SXM4-80GB",
+    eff, notes = one_device._efficiencies(measured, {"bandwidth": 1e12, "device": "NVIDIA A100-SXM4-80GB",
                                                 "capability": (8, 0)})
     assert eff["int8"] == pytest.approx(1979 / 2 / 624) and any("fp8 efficiency 0.7 ASSUMED" in n for n in notes)
 
 
 def test_projection_without_measurements_says_it_assumed():
-    table, notes = bench._project([_plan("f", "fp4", 59, 21, 16384)], ["b200"], [(512, 512, 512)], [], {})
+    table, notes = one_device._project([_plan("f", "fp4", 59, 21, 16384)], ["b200"], [(512, 512, 512)], [], {})
     assert [r["calibration"] for r in table] == ["assumed"]
     assert sum("ASSUMED" in n for n in notes) == 4  # int8, fp8, fp64 and bandwidth efficiencies
 
 
 def test_projection_and_runtime_model_share_one_device_table():
     assert bench.DEVICES is cost.DEVICES and bench.Device is cost.Device
-    assert bench._device_list("h100,a100") == ("h100", "a100")
+    assert one_device._device_list("h100,a100") == ("h100", "a100")
 
 
 def test_plan_and_path_are_read_from_the_calls_plan(monkeypatch):
@@ -226,7 +237,7 @@ def test_plan_and_path_are_read_from_the_calls_plan(monkeypatch):
     plan = ozaki.explain(a, b, engine="reference")
     assert plan.moduli.engine == "reference" and plan.predicted is None
     case = SimpleNamespace(m=4, k=8, n=3)
-    row = bench._model_columns(case, plan, h200)
+    row = one_device._model_columns(case, plan, h200)
     count = len(plan.moduli.moduli)
     want = cost.predict(h200, 4, 8, 3, digits="reference", planes=count, moduli=count)
     assert row["path"] == "emulated" and row["model_s"] == want.total and row["model_encode_s"] == want.encode
@@ -234,9 +245,9 @@ def test_plan_and_path_are_read_from_the_calls_plan(monkeypatch):
         4, 8, 3, digits="reference", planes=count, moduli=count) / (8 * (32 + 24 + 12))
 
     # engine="auto" on a device whose profile predicts DGEMM faster: native, decided before any plan.
-    monkeypatch.setattr(planning, "_cost_profile", lambda device: h200)
+    monkeypatch.setattr(planning, "device_profile", lambda device: h200)
     plan = ozaki.explain(a, b)
-    row = bench._model_columns(case, plan, h200)
+    row = one_device._model_columns(case, plan, h200)
     assert plan.moduli is None and row["path"] == "native"
     assert row["model_s"] == plan.predicted.emulated.total and "model_workspace_ratio" not in row
 

@@ -27,7 +27,8 @@ from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distrib
 
 import ozaki
 from kernels.scaling import SUMMARY_LENGTH
-from ozaki import bench, distributed, distributed_bench
+from ozaki import bench, distributed
+from ozaki.bench import distributed as distributed_bench
 
 WORLDS = (1, 2, 4)
 ACCURACIES = ("fp64", "exact", 40)

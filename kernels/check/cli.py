@@ -5,7 +5,8 @@
   ozaki-check run [--json] [--kernel NAME ...] [--seed N] [--jobs N]
 
 `run` without a GPU re-executes itself with TRITON_INTERPRET=1, which must be set before any kernel is
-defined (importing kernels.check already defined them).  Exit status 1 when a check fails.
+defined (importing kernels.check already defined them).  Exit status 1 when a check fails, 2 on a bad
+argument (argparse's usage line and one error line).
 """
 
 import argparse
@@ -99,6 +100,26 @@ def _run(args):
     return 0 if all(e["sound"] for e in report.values()) else 1
 
 
+def _refuse_bad_arguments(parser, args):
+    """parser.error (exit status 2), before any work, on a --jobs below 1, a GPU the checker has no target for,
+    or a --kernel the command has no check for (a name is known for the target the command compiles for)."""
+    if getattr(args, "jobs", 1) < 1:
+        parser.error(f"--jobs {args.jobs}: at least 1 worker process is needed")
+    if args.command not in ("ptx", "run"):
+        return
+    from kernels.autotune import target_for
+    from kernels.check.classes import families
+
+    try:
+        target = "sm_90" if args.command == "ptx" else target_for("cuda" if torch.cuda.is_available() else "cpu")
+    except ValueError as error:  # a GPU the descriptors do not model
+        parser.error(str(error))
+    known = [family.name for family in families(target)]
+    unknown = [name for name in args.kernel or () if name not in known]
+    if unknown:
+        parser.error(f"--kernel {', '.join(unknown)}: no such kernel family; known: {', '.join(known)}")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="ozaki-check", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -119,6 +140,7 @@ def main(argv=None):
                           "most of the time on a GPU); the same checks")
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
+    _refuse_bad_arguments(commands.choices[args.command], args)
     args.argv = argv
     return {"classes": _classes, "ptx": _ptx, "run": _run}[args.command](args)
 

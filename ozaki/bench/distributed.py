@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import platform
 import shlex
 import statistics
 import sys
@@ -31,17 +30,28 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Sequence
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 
 import ozaki
+from ozaki import distributed
+from ozaki.planning import ENGINES
 
-from . import distributed
-from .bench import _accuracy_list, _int_list, _median_seconds, _positive_int, _print_table, _test_matrix, _write_csv
-from .planning import ENGINES
+from .common import (
+    accuracy_list,
+    device_name,
+    finite_float,
+    input_matrix,
+    int_list,
+    known_names,
+    median_seconds,
+    positive_int,
+    print_table,
+    versions,
+    write_csv,
+)
 
 __all__ = ["COLUMNS", "LAYOUTS", "main"]
 
@@ -118,14 +128,14 @@ def _float64_bytes(layout: str, m: int, n: int, world: int) -> int:
 
 def _rows_for(n: int, accuracy, args, mesh, device: torch.device) -> list[dict]:
     generator = torch.Generator(device=device).manual_seed(args.seed)
-    a, b = (_test_matrix((n, n), args.phi, generator, device) for _ in range(2))
+    a, b = (input_matrix((n, n), args.phi, generator, device) for _ in range(2))
     world, rank = mesh.size(), mesh.get_local_rank()
     cuda = device.type == "cuda"
     one = dgemm_one = None
     if rank == 0:
         ozaki.matmul(a, b, accuracy=accuracy, engine=args.engine)  # warm-up: catalog, kernels, tuning
-        one = _median_seconds(lambda: ozaki.matmul(a, b, accuracy=accuracy, engine=args.engine), args.reps, cuda)
-        dgemm_one = _median_seconds(lambda: torch.matmul(a, b), args.reps, cuda)
+        one = median_seconds(lambda: ozaki.matmul(a, b, accuracy=accuracy, engine=args.engine), args.reps, cuda)
+        dgemm_one = median_seconds(lambda: torch.matmul(a, b), args.reps, cuda)
     rows = []
     for name in args.layouts:
         placement_a, placement_b, out = LAYOUTS[name]
@@ -156,13 +166,13 @@ def _parser() -> argparse.ArgumentParser:
         description="Time, bytes moved and bits of ozaki.distributed against one device, per layout (CSV, table).",
     )
     add = parser.add_argument
-    add("--sizes", type=_int_list, help=f"square sizes n (default: CPU {_CPU_SIZES}, GPU {_GPU_SIZES})")
-    add("--accuracy", type=_accuracy_list, default=("fp64",), help="accuracies (default fp64)")
+    add("--sizes", type=int_list, help=f"square sizes n (default: CPU {_CPU_SIZES}, GPU {_GPU_SIZES})")
+    add("--accuracy", type=accuracy_list, default=("fp64",), help="accuracies (default fp64)")
     add("--engine", choices=ENGINES, help="engine (default: CPU auto, GPU int8: emulated bits, never native DGEMM)")
-    add("--layouts", type=lambda text: tuple(v for v in text.split(",") if v), default=tuple(LAYOUTS),
+    add("--layouts", type=known_names(tuple(LAYOUTS), "layout"), default=tuple(LAYOUTS),
         help=f"layouts from {','.join(LAYOUTS)} (default all)")
-    add("--reps", type=_positive_int, default=3, help="timed repetitions, the median reported (default 3)")
-    add("--phi", type=float, default=0.5, help="exponent spread of the inputs (default 0.5)")
+    add("--reps", type=positive_int, default=3, help="timed repetitions, the median reported (default 3)")
+    add("--phi", type=finite_float, default=0.5, help="exponent spread of the inputs (default 0.5)")
     add("--seed", type=int, default=0)
     add("--out", type=Path, default=Path("bench-results"), help="output folder (default ./bench-results)")
     return parser
@@ -171,20 +181,16 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
-    unknown = [name for name in args.layouts if name not in LAYOUTS]
-    if unknown:
-        raise SystemExit(f"unknown layout(s) {unknown}; known: {', '.join(LAYOUTS)}")
     cuda = torch.cuda.is_available()
     args.engine = args.engine or ("int8" if cuda else "auto")
     with _mesh_of_every_rank() as mesh:
         device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
         rank, world = mesh.get_local_rank(), mesh.size()
         date = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        name = torch.cuda.get_device_name() if cuda else f"CPU {platform.processor() or platform.machine()}"
+        name = device_name(cuda)
         backend = dist.get_backend()
-        header = (f"{date}  {world} x {name} ({backend}, {torch.get_num_threads()} threads per rank)  torch "
-                  f"{torch.__version__}, numpy {np.__version__}, python {platform.python_version()}\n"
-                  f"{_launcher(world)} bench --distributed {shlex.join(argv)}")
+        header = (f"{date}  {world} x {name} ({backend}, {torch.get_num_threads()} threads per rank)  "
+                  f"{versions()}\n{_launcher(world)} bench --distributed {shlex.join(argv)}")
         rows = []
         for n in args.sizes or (_GPU_SIZES if cuda else _CPU_SIZES):
             for accuracy in args.accuracy:
@@ -196,14 +202,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = [{**row, "date": date, "device": name, "backend": backend} for row in rows]
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "run-distributed.txt").write_text(header + "\n")
-    _write_csv(args.out / "bench-distributed.csv", COLUMNS, rows)
+    write_csv(args.out / "bench-distributed.csv", COLUMNS, rows)
     print(header)
-    _print_table(rows, ("world", "n", "layout", "accuracy", "engine", "median_s", "one_device_s", "speedup",
-                        "plan_bytes", "residue_bytes", "gather_bytes", "float64_bytes", "dgemm_s",
-                        "dgemm_one_device_s", "dgemm_bits_differ", "bits_equal"))  # fmt: skip
+    print_table(rows, ("world", "n", "layout", "accuracy", "engine", "median_s", "one_device_s", "speedup",
+                       "plan_bytes", "residue_bytes", "gather_bytes", "float64_bytes", "dgemm_s",
+                       "dgemm_one_device_s", "dgemm_bits_differ", "bits_equal"))  # fmt: skip
     print(f"wrote {args.out / 'bench-distributed.csv'}")
     return 0 if all(row["bits_equal"] for row in rows) else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -30,10 +30,8 @@ and the path taken) it reads from ``ozaki.explain`` on the same inputs.
 from __future__ import annotations
 
 import argparse
-import csv
 import functools
 import math
-import platform
 import shlex
 import statistics
 import sys
@@ -51,6 +49,21 @@ import ozaki
 from ozaki import catalog, cost, planning, timing
 from ozaki.cost import DEVICES, Device
 from ozaki.exact import exact_dyadic, to_fraction
+
+from .common import (
+    accuracy_list,
+    call_seconds,
+    device_name,
+    finite_float,
+    input_matrix,
+    int_list,
+    known_names,
+    median_seconds,
+    positive_int,
+    print_table,
+    versions,
+    write_csv,
+)
 
 __all__ = ["COLUMNS", "DEVICES", "PROJECTION_COLUMNS", "Device", "main"]
 
@@ -81,12 +94,6 @@ _ASSUMED = {"tensor": 0.7, "fp64": 0.9, "bandwidth": 0.8}
 
 # ---------------------------------------------------------------------------------------------------------------
 # Inputs and the exact reference
-
-
-def _test_matrix(shape: tuple[int, int], phi: float, generator: torch.Generator, device: str) -> torch.Tensor:
-    uniform = torch.rand(shape, generator=generator, dtype=torch.float64, device=device)
-    normal = torch.randn(shape, generator=generator, dtype=torch.float64, device=device)
-    return (uniform - 0.5) * torch.exp(phi * normal)
 
 
 def _sample(size: int, count: int) -> np.ndarray:
@@ -124,30 +131,6 @@ def _errors(got: np.ndarray, exact: list[list[Fraction]], scale: np.ndarray) -> 
 # Measurement
 
 
-def _seconds(product: Callable, cuda: bool):
-    """Wall time of one call (device events on CUDA), and its result."""
-    if not cuda:
-        began = time.perf_counter()
-        result = product()
-        return time.perf_counter() - began, result
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    start.record()
-    result = product()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / 1e3, result
-
-
-def _median_seconds(product: Callable, reps: int, cuda: bool):
-    """Median wall time of ``reps`` calls, and the last result."""
-    times = []
-    for _ in range(reps):
-        seconds, result = _seconds(product, cuda)
-        times.append(seconds)
-    return statistics.median(times), result
-
-
 def _workspace_bytes(product: Callable) -> int:
     """Device memory one call needs beyond its operands and its result (the allocator's peak)."""
     torch.cuda.synchronize()
@@ -182,8 +165,8 @@ class _Case:
 
 def _case(shape, args, device: str, generator: torch.Generator) -> _Case:
     m, k, n = shape
-    a = _test_matrix((m, k), args.phi, generator, device)
-    b = _test_matrix((k, n), args.phi, generator, device)
+    a = input_matrix((m, k), args.phi, generator, device)
+    b = input_matrix((k, n), args.phi, generator, device)
     rows, cols = _sample(m, args.sample), _sample(n, args.sample)
     a_rows = a[torch.as_tensor(rows, device=device)].cpu().numpy()
     b_cols = b[:, torch.as_tensor(cols, device=device)].cpu().numpy()
@@ -261,7 +244,7 @@ def _time_interleaved(case: _Case, methods: list[_Method], cuda: bool) -> None:
             try:
                 if cuda:
                     method.product()  # the lead-in: see the module docstring
-                seconds, result = _seconds(method.product, cuda)
+                seconds, result = call_seconds(method.product, cuda)
                 method.times.append(seconds)
                 if turn == method.row["reps"] - 1:
                     method.block = _block(result, case)
@@ -311,7 +294,7 @@ def _plane_rate_rows(n: int, reps: int) -> list[dict]:
         row = {"m": n, "k": n, "n": n, "method": f"plane-{digits}", "reps": reps}
         try:
             product()
-            seconds, _ = _median_seconds(product, reps, cuda=True)
+            seconds, _ = median_seconds(product, reps, cuda=True)
         except Exception as error:  # an older torch or another GPU may lack one of these
             rows.append({**row, "status": f"error: {type(error).__name__}: {error}"[:300]})
             continue
@@ -323,7 +306,7 @@ def _bandwidth() -> float:
     """Device-to-device copy rate, bytes read plus written per second."""
     source = torch.empty(2**28, dtype=torch.float32, device="cuda").uniform_()
     target = torch.empty_like(source)
-    seconds, _ = _median_seconds(lambda: target.copy_(source), 10, cuda=True)
+    seconds, _ = median_seconds(lambda: target.copy_(source), 10, cuda=True)
     return 2 * source.numel() * source.element_size() / seconds
 
 
@@ -488,30 +471,6 @@ def _project(plans, devices: Sequence[str], shapes, rows: list[dict], calibratio
 # Output
 
 
-def _write_csv(path: Path, columns: Sequence[str], rows: list[dict]) -> None:
-    with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=columns, extrasaction="raise")
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({c: _cell(row.get(c)) for c in columns})
-
-
-def _cell(value) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return str(value)
-
-
-def _print_table(rows: list[dict], columns: Sequence[str]) -> None:
-    """Right-aligned columns; the last one (a status, a free text) is left unpadded."""
-    text = [[_cell(r.get(c)) for c in columns] for r in rows]
-    widths = [max([len(c)] + [len(t[i]) for t in text]) for i, c in enumerate(columns[:-1])]
-    for line in [list(columns), *text]:
-        print("  ".join([v.rjust(w) for v, w in zip(line, widths)] + [line[-1]]))
-
-
 def _plot(rows: list[dict], path: Path) -> str:
     try:
         import matplotlib
@@ -544,16 +503,6 @@ def _plot(rows: list[dict], path: Path) -> str:
 # Command line
 
 
-def _int_list(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(v) for v in text.split(",") if v)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: sizes must be positive integers")
-    return values
-
-
 def _shape_list(text: str) -> tuple[tuple[int, int, int], ...]:
     shapes = []
     for item in text.split(","):
@@ -564,30 +513,7 @@ def _shape_list(text: str) -> tuple[tuple[int, int, int], ...]:
     return tuple(shapes)
 
 
-def _accuracy_list(text: str) -> tuple:
-    return tuple(int(v) if v.isdigit() else v for v in text.split(",") if v)
-
-
-def _device_list(text: str) -> tuple[str, ...]:
-    names = tuple(v.strip().lower() for v in text.split(",") if v.strip())
-    unknown = [n for n in names if n not in DEVICES]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(f"unknown device(s) {unknown or text!r}; known: {', '.join(DEVICES)}")
-    return names
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: at least 1 is needed")
-    return value
-
-
-def _name_list(text: str) -> tuple[str, ...]:
-    return tuple(v for v in text.split(",") if v)
+_device_list = known_names(tuple(DEVICES), "device")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -600,32 +526,28 @@ def _parser() -> argparse.ArgumentParser:
     )
     add = parser.add_argument
     add("--cpu", action="store_true", help="numpy arrays against numpy's DGEMM (the default without CUDA)")
-    add("--sizes", type=_int_list,
+    add("--sizes", type=int_list,
         help=f"square sizes n (default: CPU {listed(_CPU_SIZES)}; GPU {listed(_GPU_SIZES)} and the GPU --shapes)")
     add("--shapes", type=_shape_list,
         help=f"rectangular MxKxN shapes (GPU default without --sizes: {listed(_GPU_SHAPES)})")
-    add("--accuracy", type=_accuracy_list, help=f"accuracies (default: CPU {listed(_CPU_ACCURACIES)}; GPU fp64)")
-    add("--engines", type=_name_list,
+    add("--accuracy", type=accuracy_list, help=f"accuracies (default: CPU {listed(_CPU_ACCURACIES)}; GPU fp64)")
+    add("--engines", type=known_names(planning.ENGINES, "engine"),
         help=f"engines from {listed(planning.ENGINES)} (default: CPU auto; GPU auto,int8,fp8,fp4)")
-    add("--reps", type=_positive_int, help="timed repetitions per measurement, the median reported (default: CPU 3, GPU 5)")
-    add("--phi", type=float, default=0.5, help="exponent spread of the inputs (default 0.5)")
+    add("--reps", type=positive_int, help="timed repetitions per measurement, the median reported (default: CPU 3, GPU 5)")
+    add("--phi", type=finite_float, default=0.5, help="exponent spread of the inputs (default 0.5)")
     add("--seed", type=int, default=0)
-    add("--sample", type=_positive_int, default=16, help="rows and columns of the block errors are measured on (default 16)")
+    add("--sample", type=positive_int, default=16, help="rows and columns of the block errors are measured on (default 16)")
     add("--budget", type=float, help="seconds after which no further shape is started")
     add("--project", type=_device_list, help=f"devices to project every catalog plan onto, from {listed(DEVICES)}")
     add("--out", type=Path, default=Path("bench-results"), help="output folder (default ./bench-results)")
     add("--distributed", action="store_true",
-        help="ozaki.distributed on a mesh of every rank, under torchrun (ozaki.distributed_bench; its options: "
+        help="ozaki.distributed on a mesh of every rank, under torchrun (ozaki.bench.distributed; its options: "
              "python -m ozaki bench --distributed -h)")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if "--distributed" in argv:
-        from .distributed_bench import main as distributed_main  # its own options; imports torch.distributed
-
-        return distributed_main([arg for arg in argv if arg != "--distributed"])
     args = _parser().parse_args(argv)
     cuda = torch.cuda.is_available() and not args.cpu
     args.reps = args.reps or (5 if cuda else 3)
@@ -637,24 +559,23 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args.out.mkdir(parents=True, exist_ok=True)
     date = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    device = torch.cuda.get_device_name() if cuda else f"CPU {platform.processor() or platform.machine()}"
+    device = device_name(cuda)
     command = "python -m ozaki bench " + shlex.join(argv)
-    versions = f"torch {torch.__version__}, numpy {np.__version__}, python {platform.python_version()}"
-    header = f"{date}  {device}  {versions}\n{command}"
+    header = f"{date}  {device}  {versions()}\n{command}"
     print(header, flush=True)
     (args.out / "run.txt").write_text(header + "\n")
 
     name = "bench-gpu" if cuda else "bench-cpu"
 
     def save(rows: list[dict]) -> None:
-        _write_csv(args.out / f"{name}.csv", COLUMNS, [{**r, "date": date, "device": device} for r in rows])
+        write_csv(args.out / f"{name}.csv", COLUMNS, [{**r, "date": date, "device": device} for r in rows])
 
     rows, calibration = _run(args, shapes, cuda, save)
     save(rows)
     print(_plot(rows, args.out / f"{name}.png"))
-    _print_table(rows, ("m", "k", "n", "method", "accuracy", "engine", "path", "median_s", "model_s", "tflops",
-                        "speedup", "rel_err_max", "comp_err_max", "workspace_ratio", "model_workspace_ratio",
-                        "status"))  # fmt: skip
+    print_table(rows, ("m", "k", "n", "method", "accuracy", "engine", "path", "median_s", "model_s", "tflops",
+                       "speedup", "rel_err_max", "comp_err_max", "workspace_ratio", "model_workspace_ratio",
+                       "status"))  # fmt: skip
     if cuda:
         print("workspace_ratio: peak device memory of one call beyond its result over the bytes of A, B and C "
               "(cost.WORKSPACE_BUDGET: 2); model_*: ozaki.cost's predictions for the plan each call used (stages in the CSV "
@@ -663,15 +584,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.project:
         table, notes = _project(catalog.plans().values(), args.project, shapes, rows, calibration)
-        _write_csv(args.out / "projection.csv", PROJECTION_COLUMNS, table)
+        write_csv(args.out / "projection.csv", PROJECTION_COLUMNS, table)
         lines = [f"# Projection ({date}, calibrated on: {device})", "", command, "", "Assumptions:", ""]
         (args.out / "projection.md").write_text("\n".join(lines + [f"- {n}" for n in notes]) + "\n")
         print("\nprojection assumptions:\n" + "\n".join(f"  - {n}" for n in notes))
-        _print_table(table, ("device", "plan", "products", "m", "k", "n", "model_s", "model_tflops", "speedup",
-                             "measured_s"))  # fmt: skip
+        print_table(table, ("device", "plan", "products", "m", "k", "n", "model_s", "model_tflops", "speedup",
+                            "measured_s"))  # fmt: skip
         print(f"wrote {args.out / 'projection.csv'} and {args.out / 'projection.md'}")
     return 0 if all(r.get("status", "").startswith(("ok", "skipped")) for r in rows) else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

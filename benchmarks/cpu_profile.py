@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 import ozaki
-from ozaki import planning
+from ozaki import planning, reading
 from ozaki.crt import garner, round_to_float64
 from ozaki.products import direct_products
 from ozaki.residues import crt_capacity, residues
@@ -34,8 +34,8 @@ def _stages(a: torch.Tensor, b: torch.Tensor) -> tuple[list[float], int]:
     """Seconds per stage of one product, and the number of moduli."""
     marks = [time.perf_counter()]
     bt = b.transpose(-1, -2)
-    sa = scale_rows(a, planning.row_bits(a, "exact"))
-    sb = scale_rows(bt, planning.row_bits(bt, "exact"))
+    sa = scale_rows(a, reading.row_bits(a, "exact"))
+    sb = scale_rows(bt, reading.row_bits(bt, "exact"))
     k = a.shape[-1]
     plan = planning.moduli_for("reference", k, crt_capacity(k, int(sa.bits.max()), int(sb.bits.max())), a.device)
     marks.append(time.perf_counter())

@@ -20,7 +20,7 @@ from triton.testing import do_bench
 
 from kernels.crt import decode_residues
 from kernels.residues import encode_planes
-from ozaki import planning
+from ozaki import pipeline
 from ozaki.scaling import shifts_of
 
 ENCODE_LAUNCHES = [((16, 128), 8), ((8, 128), 8), ((8, 128), 4), ((4, 256), 8), ((8, 256), 8), ((16, 64), 4),
@@ -37,8 +37,9 @@ def main() -> None:
     generator = torch.Generator(device="cuda").manual_seed(1)
 
     a, b = phi_matrix((n, n), generator), phi_matrix((n, n), generator)
-    plan = planning.plan_product(a, b, "fp64", "int8")
-    extents_a, extents_b, bits_a, bits_b = plan.rows[0]
+    call = pipeline.prepare(a, b, "fp64", "int8", early=False)
+    plan = call.plan
+    extents_a, extents_b, bits_a, bits_b = call.lines[0]
     shift_a, shift_b = shifts_of(extents_a.row_max, bits_a), shifts_of(extents_b.row_max, bits_b)
     encodings, moduli = plan.moduli.encodings, plan.moduli.moduli
     copy_rate = 2 * 8 * n * n / milliseconds(lambda: a.clone()) / 1e6

@@ -24,14 +24,14 @@ from phi_data import phi_matrix
 import ozaki
 from kernels import accuracy as accuracy_kernels
 from kernels import crt, residues
-from ozaki import accuracy, pipeline, planning
+from ozaki import accuracy, pipeline, planning, reading
 
-STAGES = ((planning, "_read_rows"), (accuracy, "row_reading"), (planning, "_extents"), (accuracy, "fp64_reading"),
+STAGES = ((reading, "start"), (accuracy, "row_reading"), (reading, "_extents"), (accuracy, "fp64_reading"),
           (accuracy, "_upper_reading"),
           (accuracy_kernels, "window_tops_kernel"), (accuracy, "_lower_codes"), (accuracy, "_code_product"),
-          (accuracy_kernels, "least_quotients_kernel"), (accuracy_kernels, "levels_kernel"), (planning, "_summary"),
-          (planning, "_widened"), (planning, "moduli_for"), (planning, "native_verdict"),
-          (pipeline, "early_encodes"), (pipeline, "_fused_by_row_blocks"),
+          (accuracy_kernels, "least_quotients_kernel"), (accuracy_kernels, "levels_kernel"), (reading, "_summary"),
+          (reading, "widen"), (planning, "moduli_for"), (planning, "native_verdict"),
+          (pipeline, "_early_encodes"), (pipeline, "_fused_by_row_blocks"),
           (pipeline, "sides_shifts"), (pipeline, "_plane_config"),
           (residues, "shift_range"), (residues, "encode_planes"), (pipeline, "encoded_modular_matmul"),
           (crt, "decode_residues"), (crt, "raise_for_flag"))

@@ -78,12 +78,12 @@ from torch.distributed.tensor import DTensor, Replicate, Shard
 from kernels import crt as crt_kernels
 from kernels.scaling import Extents
 
-from . import pipeline, planning
+from . import pipeline, reading
 from .agreement import ONE_DEVICE, Agreement
 from .capacity import crt_capacity
 from .crt import garner, round_to_float64
 from .frontend import check_options, nonfinite_terms, overlay_nonfinite
-from .planning import Moduli, ProductPlan, plan_product
+from .planning import Moduli, ProductPlan
 from .products import residue_products
 from .residues import reference_moduli, residues
 from .scaling import scale_rows, sides_shifts
@@ -151,26 +151,68 @@ class _Layout:
 
 
 def matmul(a: DTensor, b: DTensor, *, accuracy="fp64", engine: str = "auto", out_placement=None) -> DTensor:
-    """a @ b for float64 DTensors of one 1-D device mesh, placed Shard(0), Shard(1) or
-    Replicate(): a DTensor on that mesh with the bits of ``ozaki.matmul`` of the gathered
-    matrices on one device (see the module docstring for the placements, the bytes each moves
-    and the one exception, native DGEMM under ``engine="auto"``).
+    """``a @ b`` for float64 DTensors of one 1-D device mesh, with the bits of one device.
 
-    ``accuracy`` and ``engine`` are :func:`ozaki.matmul`'s.  ``out_placement`` places the output
-    of a product whose K is split: Replicate() (the default: an all-reduce of the residues),
-    Shard(0) or Shard(1) (a reduce-scatter: each rank decodes only its block).  The output of
-    any other product is placed as its rows or columns are, and ``out_placement`` may only
-    name that placement.  Call it on every rank of the mesh, as every collective.
+    The result is a DTensor on that mesh with the bits of ``ozaki.matmul`` of the gathered
+    matrices on one device (see the module docstring for the placements, the bytes each moves
+    and the one exception, native DGEMM under ``engine="auto"``).  Call it on every rank of the
+    mesh, as every collective.
+
+    Parameters
+    ----------
+    a, b : torch.distributed.tensor.DTensor
+        float64 matrices (M, K) and (K, N) of one 1-D device mesh, each placed Shard(0),
+        Shard(1) or Replicate().
+    accuracy : {"fp64", "exact"} or int, default "fp64"
+        As :func:`ozaki.matmul`'s.
+    engine : {"auto", "reference", "int8", "fp8", "fp4"}, default "auto"
+        As :func:`ozaki.matmul`'s.
+    out_placement : Replicate, Shard or None, default None
+        The output placement of a product whose K is split: Replicate() (None means it: an
+        all-reduce of the residues), Shard(0) or Shard(1) (a reduce-scatter: each rank decodes
+        only its block).  The output of any other product is placed as its rows or columns
+        are, and ``out_placement`` may only name that placement.
+
+    Returns
+    -------
+    torch.distributed.tensor.DTensor
+        The (M, N) float64 product on the operands' mesh.
+
+    Raises
+    ------
+    TypeError
+        An operand is not a DTensor or not float64.
+    ValueError
+        Operands of different meshes or of a mesh of more than one dimension, Partial or
+        other placements, an ``out_placement`` the product cannot take, shapes that do not
+        match, or an unknown ``accuracy`` or ``engine``.
+
+    Examples
+    --------
+    On a mesh of this process alone (gloo, on the CPU); on W ranks each runs the same lines.
+
+    >>> import torch, torch.distributed as dist
+    >>> from torch.distributed.device_mesh import init_device_mesh
+    >>> from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    >>> import ozaki.distributed
+    >>> dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    >>> mesh = init_device_mesh("cpu", (1,))
+    >>> a = distribute_tensor(torch.tensor([[1.0, 2.0], [3.0, 4.0]], dtype=torch.float64), mesh, [Shard(0)])
+    >>> b = distribute_tensor(torch.eye(2, dtype=torch.float64), mesh, [Replicate()])
+    >>> c = ozaki.distributed.matmul(a, b, accuracy="exact")
+    >>> c.placements, c.full_tensor().tolist()
+    ((Shard(dim=0),), [[1.0, 2.0], [3.0, 4.0]])
+    >>> dist.destroy_process_group()
     """
     check_options(accuracy, engine)
     layout = _layout(a, b, out_placement)
     a_local, b_local = _local_operands(a, b, layout)
     agreement = ONE_DEVICE if layout.split is None else _MeshAgreement(layout, a_local.device)
-    plan = plan_product(a_local, b_local, accuracy, engine, agreement)
+    call = pipeline.prepare(a_local, b_local, accuracy, engine, agreement, early=False)
     if layout.split == "k":
-        local = _k_split_product(plan, a_local, b_local, layout)
+        local = _k_split_product(call, a_local, b_local, layout)
     else:
-        local = _local_product(plan, a_local, b_local)
+        local = _local_product(call, a_local, b_local)
     m, _, n = layout.shape
     return DTensor.from_local(local.contiguous(), layout.mesh, [layout.out], run_check=False,
                               shape=torch.Size((m, n)), stride=(n, 1))
@@ -356,18 +398,19 @@ class _MeshAgreement(Agreement):
 # The products
 
 
-def _local_product(plan: ProductPlan, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+def _local_product(call: pipeline.Call, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Rows or columns split (or nothing): this rank's block is a product of its own, planned
     with the whole product's statistics; entry (i, j) depends only on row i's and column j's
     bits and integers (ozaki.pipeline), so it has the one-device bits."""
     if min(a.shape[0], b.shape[1]) == 0:
         return a.new_zeros((a.shape[0], b.shape[1]))
-    out = pipeline.run(plan)
-    return overlay_nonfinite(out, nonfinite_terms(a, b)) if plan.nonfinite else out
+    out = pipeline.run(call)
+    return overlay_nonfinite(out, nonfinite_terms(a, b)) if call.plan.nonfinite else out
 
 
-def _k_split_product(plan: ProductPlan, a: torch.Tensor, b: torch.Tensor, layout: _Layout) -> torch.Tensor:
+def _k_split_product(call: pipeline.Call, a: torch.Tensor, b: torch.Tensor, layout: _Layout) -> torch.Tensor:
     """K split: this rank's block of C = diag(2^-s)·Σ_r A'^(r)B'^(r)·diag(2^-t), rounded once."""
+    plan = call.plan
     m, k, n = layout.shape
     rows, columns = ((layout.chunk(m), slice(0, n)) if layout.out == Shard(0) else
                      (slice(0, m), layout.chunk(n)) if layout.out == Shard(1) else (slice(0, m), slice(0, n)))
@@ -376,14 +419,14 @@ def _k_split_product(plan: ProductPlan, a: torch.Tensor, b: torch.Tensor, layout
         return _reduced(torch.matmul(a, b), "sum", "float64 partial products", layout)
     if plan.moduli is None:  # an empty product
         return a.new_zeros((rows.stop - rows.start, columns.stop - columns.start))
-    fa, fb = plan.operands
-    extents_a, extents_b, bits_a, bits_b = plan.rows[0]
+    fa, fb = call.operands
+    extents_a, extents_b, bits_a, bits_b = call.lines[0]
     moduli = _k_split_moduli(plan, k)
     # 1. Scale on the whole rows' grid: s_i and t_j from the whole rows' maxima (agreed), so
     #    this rank's A'^(r), B'^(r) are its columns of A' and rows of B'.
     shift_a, shift_b = sides_shifts((extents_a.row_max, bits_a, plan.bits_a[0]),
                                     (extents_b.row_max, bits_b, plan.bits_b[0]))
-    fused = moduli.encodings is not None and planning.kernels_available(fa.device)
+    fused = moduli.encodings is not None and reading.kernels_available(fa.device)
     # 2–3. Residues and products of this rank's share: C'^(r)_i = A'^(r)_i·B'^(r)_i mod m_i in [0, m_i)
     #      (on a GPU fused from float64 to byte residues, as one device's product).
     if fused:

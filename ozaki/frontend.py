@@ -1,10 +1,10 @@
 """``ozaki.matmul`` and ``ozaki.explain``: numpy.matmul's semantics around the emulated product.
 
 Operands are validated and promoted to float64, 1-D operands and batch dimensions are
-handled as numpy does; one plan decides the call (:func:`ozaki.planning.plan_product`: the
+handled as numpy does; the pipeline reads the operands, has one plan decide the call (the
 moduli, or native DGEMM where, for ``engine="auto"`` with ``accuracy="fp64"`` on a GPU, the
-cost model predicts it faster); the pipeline runs it (:func:`ozaki.pipeline.run`), and NaN
-and ±Inf are placed where numpy's matmul puts them.
+cost model predicts it faster) and runs it (:func:`ozaki.pipeline.prepare`,
+:func:`ozaki.pipeline.run`), and NaN and ±Inf are placed where numpy's matmul puts them.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import numpy as np
 import torch
 
 from . import pipeline
-from .planning import ENGINES, ProductPlan, native_verdict, plan_product
+from . import planning
+from .planning import ENGINES, ProductPlan
 from .timing import stage
 
 __all__ = ["check_options", "explain", "matmul", "nonfinite_terms", "overlay_nonfinite"]
@@ -142,9 +143,9 @@ def matmul(a, b, *, accuracy="fp64", engine: str = "auto"):
         return torch.matmul(a, b)
     ta, tb, squeeze = _operands(a, b, accuracy, engine)
     with stage("plan", ta.device):
-        plan = plan_product(ta, tb, accuracy, engine, early=pipeline.early_encodes)
-    out = pipeline.run(plan)  # on the native path, IEEE semantics for NaN and ±Inf as numpy's matmul
-    if plan.nonfinite:
+        call = pipeline.prepare(ta, tb, accuracy, engine)
+    out = pipeline.run(call)  # on the native path, IEEE semantics for NaN and ±Inf as numpy's matmul
+    if call.plan.nonfinite:
         # The finite terms went through the emulation; NaN/Inf positions are overlaid after.
         out = overlay_nonfinite(out, nonfinite_terms(ta, tb))
     for axis in squeeze:
@@ -154,8 +155,8 @@ def matmul(a, b, *, accuracy="fp64", engine: str = "auto"):
 
 
 def _shape_sends_to_dgemm(a, b, accuracy, engine) -> bool:
-    """Whether the call is the common one that :func:`plan_product` sends to native DGEMM from
-    the shape alone, reading no data: 2-D float64 tensors on one CUDA device, the default
+    """Whether the call is the common one that the plan (:func:`ozaki.planning.plan_for_shape`)
+    sends to native DGEMM from the shape alone, reading no data: 2-D float64 tensors on one CUDA device, the default
     options, a shape the cost model (``planning.native_verdict``, cached per shape) keeps native.
     Such a call skips building the plan, whose host time would count against DGEMM's; the
     product is the one the plan would have run, and with the "ozaki" logger at debug level
@@ -165,7 +166,7 @@ def _shape_sends_to_dgemm(a, b, accuracy, engine) -> bool:
             or b.dim() != 2 or not a.is_cuda or a.device != b.device or a.shape[1] != b.shape[0]
             or log.isEnabledFor(logging.DEBUG)):
         return False
-    verdict = native_verdict(a.shape[0], a.shape[1], b.shape[1], accuracy, engine, a.device)
+    verdict = planning.native_verdict(planning.Shape.of(a, b), accuracy, engine, planning.device_profile(a.device))
     return verdict is not None and verdict.native
 
 
@@ -177,7 +178,7 @@ def explain(a, b, *, accuracy="fp64", engine: str = "auto") -> ProductPlan:
     the predicted times (``predicted``).  Reads the inputs' exponents where the shape alone
     does not decide, as matmul does."""
     ta, tb, _ = _operands(a, b, accuracy, engine)
-    return plan_product(ta, tb, accuracy, engine)
+    return pipeline.prepare(ta, tb, accuracy, engine, early=False).plan
 
 
 def _operands(a, b, accuracy, engine) -> tuple[torch.Tensor, torch.Tensor, tuple[int, ...]]:

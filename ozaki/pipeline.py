@@ -1,13 +1,23 @@
-"""The Ozaki scheme II on one planned call: the algorithm, stage by stage.
+"""The Ozaki scheme II on one call: the read, the decision and the run, stage by stage.
 
-:func:`run` carries out a :class:`ozaki.planning.ProductPlan`.  The result is the correctly
-rounded value of the exact product of the *quantized* inputs A', B'; every engine computes the
-same integers and so returns the same bits.
+:func:`prepare` reads A and B (stage 1's statistics, :mod:`ozaki.reading`), has
+:mod:`ozaki.planning` decide from them, and scales the rows to the bits decided: a
+:class:`Call`.  :func:`run` carries it out.  The result is the correctly rounded value of the
+exact product of the *quantized* inputs A', B'; every engine computes the same integers and
+so returns the same bits.
+
+Where this device planned a product of the same shape and options before, the work the
+pipeline would start first (B's planes and the first block's, on that plan's moduli and
+rows' bits) is queued while the read is in flight, so that the device does not wait for the
+host's decision; it is kept only where the decision is that same plan, so the bits are those
+of a plan made without it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from dataclasses import dataclass
 
 import torch
 
@@ -16,29 +26,30 @@ from kernels import residues as residue_kernels
 from kernels.autotune import tuned_plane_config
 from kernels.products import encoded_modular_matmul, select_operand
 
-from . import bands, cost, planning
+from . import bands, cost, planning, reading
+from .agreement import ONE_DEVICE, Agreement
+from .capacity import crt_capacity
 from .crt import garner, round_to_float64, signed_residues
 from .formats import Encoding
-from .planning import Accuracy, Moduli, ProductPlan, plan_product
+from .planning import Accuracy, Moduli, ProductPlan
 from .products import plane_products, residue_products
-from .capacity import crt_capacity
 from .residues import reference_moduli, residues
 from .scaling import Extents, scale_rows, sides_shifts
 from .timing import collecting, stage
 
-__all__ = ["EarlyPlanes", "early_encodes", "emulated_matmul", "fused_residues", "run"]
+__all__ = ["Call", "EarlyPlanes", "emulated_matmul", "fused_residues", "prepare", "run"]
 
 log = logging.getLogger("ozaki")
 
 
 def emulated_matmul(a: torch.Tensor, b: torch.Tensor, *, accuracy: Accuracy = "fp64", engine: str = "auto") -> torch.Tensor:
-    """a (…, M, K) @ b (…, K, N), float64 with equal batch shapes: planned, then run."""
-    return run(plan_product(a, b, accuracy, engine, early=early_encodes))
+    """a (…, M, K) @ b (…, K, N), float64 with equal batch shapes: prepared, then run."""
+    return run(prepare(a, b, accuracy, engine))
 
 
 class EarlyPlanes:
     """B's planes and those of A's first block of rows (``cost.stream_rows``, as :func:`run`
-    streams them), encoded with a plan's moduli and shifts (:func:`early_encodes`), for
+    streams them), encoded with a plan's moduli and shifts (:func:`_early_encodes`), for
     :func:`run` to take once."""
 
     def __init__(self, moduli: Moduli, planes_b: torch.Tensor, planes_a: torch.Tensor):
@@ -53,12 +64,121 @@ class EarlyPlanes:
         return planes
 
 
-def early_encodes(a: torch.Tensor, bt: torch.Tensor, moduli: Moduli, shift_a: torch.Tensor, shift_b: torch.Tensor,
-                  span: tuple[int, int]) -> EarlyPlanes | None:
+@dataclass(frozen=True)
+class Call:
+    """A planned call and what :func:`run` runs it on: the operands (on the emulated path
+    finite: NaN and ±inf read as 0, for the caller to overlay after, ``plan.nonfinite``); per
+    product of the batch, the rows' extents and bits of A and of Bᵀ, and their shifts where
+    stage 1 made them with the bits (widened "fp64" rows on CUDA); the early planes, where
+    the work queued on the last plan of the shape was this plan's."""
+
+    plan: ProductPlan
+    operands: tuple[torch.Tensor, torch.Tensor]
+    lines: tuple = ()
+    shifts: tuple = ()
+    early: EarlyPlanes | None = None
+
+
+def prepare(a: torch.Tensor, b: torch.Tensor, accuracy: Accuracy = "fp64", engine: str = "auto",
+            agreement: Agreement = ONE_DEVICE, *, early: bool = True) -> Call:
+    """Stage 1 and the decision for a (…, M, K) @ b (…, K, N), float64 with equal batch shapes
+    on one device (validated by the frontend).  Reads the data only where the shape does not
+    decide.  Where a and b are this device's shards of a product spread over a mesh,
+    ``agreement`` (:mod:`ozaki.agreement`) makes every statistic the whole product's, so the
+    plan is this device's share of the one-device plan.  ``early``: queue the work of the
+    last plan of this shape while the read is in flight (see the module docstring)."""
+    shape = planning.Shape.of(a, b, agreement)
+    profile = planning.device_profile(a.device)
+    decided = planning.plan_for_shape(shape, accuracy, engine, profile)
+    if decided is not None:
+        return Call(decided, (a, b))
+
+    # 1. Read: every row's extents and bits, each side's summary.  An operand's NaN and ±inf
+    # come to light in the same read; the product is then read again from zeroed operands (the
+    # rare path pays the read twice, so that the common one reads the device once).
+    key = (shape.m, shape.k, shape.n, engine, a.device)
+    remembered = (early and accuracy == "fp64" and agreement is ONE_DEVICE and shape.batch == 1
+                  and reading.kernels_available(a.device))
+    guess = _LAST_PLANS.get(key) if remembered else None
+    guess = guess if guess is not None and guess.trusted else None
+    pending = reading.start(a, b, accuracy, agreement)
+    queued = _queue_early(a, b, pending.lines, guess) if guess is not None else None
+    statistics = pending.statistics()
+    fa, fb = a, b
+    if statistics.nonfinite:
+        fa, fb = (_zeroed(x, nonfinite) for x, nonfinite in zip((a, b), statistics.local_nonfinite))
+        pending, queued = reading.start(fa, fb, accuracy, agreement), None
+        statistics = dataclasses.replace(pending.statistics(), nonfinite=True)
+
+    decided = planning.plan_for_statistics(shape, statistics, accuracy, engine, profile)
+
+    # The rows widened to the bits the moduli pay for, with their shifts where the device makes them.
+    lines, shifts, early_planes = pending.lines, (), None
+    if any(decided.widen_to):
+        if queued is not None and decided.widen_to == ((guess.p, guess.q),):
+            (lines, shifts), early_planes = queued
+            if guess.moduli is not decided.moduli or decided.bands is not None or decided.path == "native":
+                early_planes = None
+        else:
+            lines, shifts = reading.widen(lines, decided.widen_to)
+    if remembered:
+        # A plan the early work cannot start on (native, banded, NaN or ±inf read) leaves none to
+        # guess from: the next call of the shape then queues nothing that would be dropped.
+        (widened,) = decided.widen_to
+        if widened is not None and decided.path == "emulated" and decided.bands is None and not statistics.nonfinite:
+            _remember(key, decided.moduli, *widened)
+        else:
+            _LAST_PLANS.pop(key, None)
+    return Call(decided, (a, b) if decided.path == "native" else (fa, fb),
+                tuple((line_a.extents, line_b.extents, line_a.bits, line_b.bits) for line_a, line_b in lines),
+                shifts, early_planes)
+
+
+def _zeroed(x: torch.Tensor, nonfinite: bool) -> torch.Tensor:
+    """x with NaN and ±inf read as 0 (numpy's matmul places them, see ozaki.frontend)."""
+    return torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0) if nonfinite else x
+
+
+@dataclass(frozen=True)
+class _LastPlan:
+    """What the next call of a shape queues its early work on: the moduli and the widened P
+    and Q of its last plan (the shifts follow from them and the rows' extents).  ``trusted``:
+    the plan before it was the same, or there was none; a shape whose plans change (data of
+    alternating spreads) is not guessed for until one repeats, so that its calls do not all
+    pay for dropped work."""
+
+    moduli: Moduli
+    p: int
+    q: int
+    trusted: bool = True
+
+
+# The last plan of each product shape and options on each device, the oldest let go first.
+_LAST_PLANS: dict[tuple, _LastPlan] = {}
+_LAST_PLANS_KEPT = 64
+
+
+def _remember(key: tuple, moduli: Moduli, p: int, q: int) -> None:
+    last = _LAST_PLANS.pop(key, None)
+    _LAST_PLANS[key] = _LastPlan(moduli, p, q, last is None or (last.moduli is moduli and (last.p, last.q) == (p, q)))
+    if len(_LAST_PLANS) > _LAST_PLANS_KEPT:
+        _LAST_PLANS.pop(next(iter(_LAST_PLANS)), None)
+
+
+def _queue_early(a: torch.Tensor, b: torch.Tensor, lines: list, guess: _LastPlan) -> tuple:
+    """The rows widened to the guess's P and Q, with their shifts, and the planes
+    :func:`_early_encodes` makes on them, queued behind the read's copy of its summary."""
+    widened = reading.widen(lines, ((guess.p, guess.q),))
+    shift_a, shift_b = widened[1][0]
+    return widened, _early_encodes(a.reshape(a.shape[-2:]), b.reshape(b.shape[-2:]).transpose(-1, -2), guess.moduli,
+                                   shift_a, shift_b, planning.any_row_span(guess.p, guess.q))
+
+
+def _early_encodes(a: torch.Tensor, bt: torch.Tensor, moduli: Moduli, shift_a: torch.Tensor, shift_b: torch.Tensor,
+                   span: tuple[int, int]) -> EarlyPlanes | None:
     """What :func:`run` encodes first for A (M, K) and Bᵀ (N, K) with these moduli and shifts
-    (``span`` holds every shift): B's planes and the first block's.  ``ozaki.planning.plan_product``
-    queues them on the last plan of the shape while its read is in flight.  None where the
-    stages are being timed, so that each keeps its own time."""
+    (``span`` holds every shift): B's planes and the first block's.  None where the stages are
+    being timed, so that each keeps its own time."""
     if moduli.encodings is None or collecting():
         return None
     (m, k), n = a.shape, bt.shape[0]
@@ -69,10 +189,10 @@ def early_encodes(a: torch.Tensor, bt: torch.Tensor, moduli: Moduli, shift_a: to
     return EarlyPlanes(moduli, encode(bt, shift_b, "b"), encode(a[:rows], shift_a[:rows], "a"))
 
 
-def run(plan: ProductPlan) -> torch.Tensor:
-    """The product ``plan`` was made for, of its operands; non-finite entries, which an emulated
-    plan read as zeros, are left for the caller to overlay (``plan.nonfinite``)."""
-    fa, fb = plan.operands
+def run(call: Call) -> torch.Tensor:
+    """The product ``call`` was planned for, of its operands; non-finite entries, which an
+    emulated plan read as zeros, are left for the caller to overlay (``call.plan.nonfinite``)."""
+    plan, (fa, fb) = call.plan, call.operands
     if plan.path == "native":
         return torch.matmul(fa, fb)
     shape = (*fa.shape[:-1], fb.shape[-1])
@@ -82,28 +202,29 @@ def run(plan: ProductPlan) -> torch.Tensor:
     if plan.batch == 1:
         # One product: its result is the output (a second M×N buffer would count against the
         # workspace budget, cost.WORKSPACE_BUDGET).
-        return _product(plan, 0, flat_a[0], flat_bt[0], *plan.rows[0]).reshape(shape)
+        return _product(call, 0, flat_a[0], flat_bt[0], *call.lines[0]).reshape(shape)
     out = torch.empty(shape, dtype=torch.float64, device=fa.device)
     flat_out = out.view(-1, plan.m, plan.n)
     for index in range(plan.batch):
-        flat_out[index] = _product(plan, index, flat_a[index], flat_bt[index], *plan.rows[index])
+        flat_out[index] = _product(call, index, flat_a[index], flat_bt[index], *call.lines[index])
     return out
 
 
-def _product(plan: ProductPlan, index: int, a: torch.Tensor, bt: torch.Tensor, extents_a: Extents,
+def _product(call: Call, index: int, a: torch.Tensor, bt: torch.Tensor, extents_a: Extents,
              extents_b: Extents, bits_a: torch.Tensor, bits_b: torch.Tensor) -> torch.Tensor:
     """C = A·B for the plan's product ``index``, one finite pair, A (M, K) and Bᵀ (N, K), with
-    the plan's moduli; stage 1 (extents, bits and, where it made them, shifts per row) is the plan's."""
+    the plan's moduli; stage 1 (extents, bits and, where it made them, shifts per row) is the call's."""
+    plan = call.plan
     if plan.bands is not None:
         return _banded(a, bt, bits_a, bits_b, plan.bands, plan.moduli)
     device, moduli = a.device, plan.moduli
     # With Triton, stages 2–5 run fused and streamed over blocks of A's rows.
-    if moduli.encodings is not None and planning.kernels_available(device):
+    if moduli.encodings is not None and reading.kernels_available(device):
         with stage("encode", device):
             # 1. Scale: A' = round(diag(2^s) A), B' = round(B diag(2^t)), |A'| ≤ 2^p − 1, |B'| ≤ 2^q − 1.
-            shift_a, shift_b = plan.shifts[index] if plan.shifts else sides_shifts(
+            shift_a, shift_b = call.shifts[index] if call.shifts else sides_shifts(
                 (extents_a.row_max, bits_a, plan.bits_a[0]), (extents_b.row_max, bits_b, plan.bits_b[0]))
-        return _fused_by_row_blocks(a, bt, shift_a, shift_b, moduli, plan.shift_span, plan.early)
+        return _fused_by_row_blocks(a, bt, shift_a, shift_b, moduli, plan.shift_span, call.early)
 
     with stage("encode", device):
         # 1. Scale: A' = round(diag(2^s) A), B' = round(B diag(2^t)), |A'| ≤ 2^p − 1, |B'| ≤ 2^q − 1.
@@ -248,7 +369,7 @@ def _encoder(encodings: tuple[Encoding, ...], span: tuple[int, int] | None):
     """``encode_planes`` for the operands of one product whose shifts lie in ``span`` (None:
     each call reads their range), never reading the device after a launch: the plan's operands
     are finite (ozaki.planning zeroes NaN and ±inf, which the frontend overlays after).  Those
-    :func:`early_encodes` takes before the read may not be; a plan that finds NaN or ±inf drops
+    :func:`_early_encodes` takes before the read may not be; a plan that finds NaN or ±inf drops
     their planes (the encode reads such an entry as 0, so it stays in bounds)."""
     return lambda x, shift, side: residue_kernels.encode_planes(x, shift, encodings, side, span=span,
                                                                 known_finite=True)

@@ -16,7 +16,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 
 import ozaki
-from ozaki import distributed, planning
+from ozaki import distributed, reading
 
 __all__ = ["PLACEMENTS", "run", "run_and_exit"]
 
@@ -73,10 +73,10 @@ def _result(job: dict, mesh) -> dict:
 def _triton_path(forced: bool):
     """The fused Triton stages on CPU tensors too (Triton's interpreter, which the test process
     enables for its spawned ranks), as on a GPU."""
-    original = planning.kernels_available
+    original = reading.kernels_available
     if forced:
-        planning.kernels_available = lambda device: True
+        reading.kernels_available = lambda device: True
     try:
         yield
     finally:
-        planning.kernels_available = original
+        reading.kernels_available = original

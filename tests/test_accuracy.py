@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import kernels.accuracy
 import ozaki
 import ozaki.catalog
-from ozaki import accuracy, planning
+from ozaki import accuracy, planning, reading
 from ozaki.capacity import crt_capacity, has_capacity
 from ozaki.scaling import exact_bits, row_extents, scale_rows
 
@@ -217,4 +217,4 @@ def test_beyond_max_k_rows_keep_their_lossless_width(monkeypatch):
 
 def test_row_bits_refuses_fp64():
     with pytest.raises(ValueError, match="both operands"):
-        planning.row_bits(torch.ones(2, 3, dtype=torch.float64), "fp64")
+        reading.row_bits(torch.ones(2, 3, dtype=torch.float64), "fp64")

@@ -155,7 +155,7 @@ def test_the_reference_engine_does_not_stream():
 @pytest.fixture
 def as_h200(monkeypatch):
     """The pipeline takes the CPU for an H200 (the decision reads only the cost profile)."""
-    monkeypatch.setattr(planning, "_cost_profile", lambda device: H200)
+    monkeypatch.setattr(planning, "device_profile", lambda device: H200)
 
 
 def _spread(rng, shape):
@@ -164,23 +164,28 @@ def _spread(rng, shape):
 
 @pytest.mark.parametrize("accuracy, engine", [("exact", "auto"), (40, "auto"), ("fp64", "reference"),
                                               ("fp64", "int8")])
-def test_only_auto_fp64_may_go_native(as_h200, accuracy, engine):
-    assert planning.native_verdict(16384, 16384, 16384, accuracy, engine, torch.device("cpu")) is None
-    assert planning.native_verdict(16384, 16384, 16384, "fp64", "auto", torch.device("cpu")).native
+def test_only_auto_fp64_may_go_native(accuracy, engine):
+    assert planning.native_verdict(_cube(16384), accuracy, engine, H200) is None
+    assert planning.native_verdict(_cube(16384), "fp64", "auto", H200).native
 
 
 def test_cpu_never_goes_native():
-    assert planning.native_verdict(16384, 16384, 16384, "fp64", "auto", torch.device("cpu")) is None
+    assert planning.device_profile(torch.device("cpu")) is None
+    assert planning.native_verdict(_cube(16384), "fp64", "auto", None) is None
+
+
+def _cube(n: int) -> planning.Shape:
+    return planning.Shape(n, n, n, 1, (n, n, n), torch.device("cpu"))
 
 
 @pytest.mark.parametrize("n", [256, 1024, 4096])
-def test_h200_with_int8_plans_goes_native(as_h200, n):
+def test_h200_with_int8_plans_goes_native(n):
     # The real decision on an H200: the int8 plan for 53-bit rows (the one choose_moduli
     # takes for auto on CUDA) against DGEMM, before any data is read, at sizes where the
     # record's emulation is far behind DGEMM (its 4096³ call took 1.77× DGEMM's time): the
     # model puts it at least a quarter behind, five times the margin the verdict asks for.
     plan = planning.moduli_for("int8", n, crt_capacity(n, 53, 53), torch.device("cpu"))
-    verdict = planning.native_verdict(n, n, n, "fp64", "auto", torch.device("cpu"), plan)
+    verdict = planning.native_verdict(_cube(n), "fp64", "auto", H200, plan)
     assert verdict.native and verdict.emulated.total > 1.25 * verdict.dgemm, verdict
 
 
@@ -225,7 +230,7 @@ def test_the_plan_for_the_inputs_decides_too(as_h200, monkeypatch, caplog):
     judge = planning.native_verdict
 
     def shape_says_emulate(*args):
-        return None if len(args) == 6 else judge(*args)
+        return None if len(args) == 4 else judge(*args)
 
     monkeypatch.setattr(planning, "native_verdict", shape_says_emulate)
     rng = np.random.default_rng(2)
@@ -241,7 +246,7 @@ def test_the_plan_for_the_inputs_decides_too(as_h200, monkeypatch, caplog):
 def test_on_this_gpu_the_decision_is_the_profiles():
     device = torch.device("cuda")
     a = torch.randn(256, 256, dtype=torch.float64, device=device)
-    verdict = planning.native_verdict(256, 256, 256, "fp64", "auto", device)
+    verdict = planning.native_verdict(_cube(256), "fp64", "auto", planning.device_profile(device))
     got = ozaki.matmul(a, a)
     if verdict is not None and verdict.native:
         assert torch.equal(got, a @ a)

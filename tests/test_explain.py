@@ -12,7 +12,7 @@ from test_cost import H200, _spread
 
 import ozaki
 import ozaki.catalog
-from ozaki import frontend, pipeline, planning
+from ozaki import pipeline, planning, reading
 from ozaki.residues import crt_capacity
 from ozaki.scaling import shifts_of
 
@@ -32,8 +32,8 @@ def test_cpu_plan_is_the_reference_engines(no_product, accuracy):
     rng = np.random.default_rng(1)
     a, b = _spread(rng, (6, 40)), _spread(rng, (40, 5))
     plan = ozaki.explain(a, b, accuracy=accuracy)
-    bits_a = planning.row_bits(torch.from_numpy(a), accuracy)
-    bits_b = planning.row_bits(torch.from_numpy(b).T, accuracy)
+    bits_a = reading.row_bits(torch.from_numpy(a), accuracy)
+    bits_b = reading.row_bits(torch.from_numpy(b).T, accuracy)
     assert (plan.path, plan.moduli.engine, plan.batch, plan.bands) == ("emulated", "reference", 1, None)
     assert plan.bits_a == (int(bits_a.min()), int(bits_a.max())) and plan.bits_b == (int(bits_b.min()), int(bits_b.max()))
     # The fewest reference moduli whose product passes the CRT capacity of these bits (one fewer would not).
@@ -53,7 +53,7 @@ def test_matmul_runs_the_plan_explain_returns(monkeypatch):
     explained = ozaki.explain(a, b, engine="int8")
     ran = []
     run = pipeline.run
-    monkeypatch.setattr(pipeline, "run", lambda plan: ran.append(plan) or run(plan))
+    monkeypatch.setattr(pipeline, "run", lambda call: ran.append(call.plan) or run(call))
     got = ozaki.matmul(a, b, engine="int8")
     assert ran == [explained] and got.shape == (2, 5, 4)
     # One plan for the batch: each of its products uses the plan's moduli.
@@ -71,8 +71,8 @@ def test_plan_engine_past_every_plan_explains_its_bands(no_product):
 
 
 def test_native_path_on_a_profiled_device_reads_no_data(monkeypatch, no_product):
-    monkeypatch.setattr(planning, "_cost_profile", lambda device: H200)
-    monkeypatch.setattr(planning, "_extents", lambda a, bt: pytest.fail("the shape alone decides: no data is read"))
+    monkeypatch.setattr(planning, "device_profile", lambda device: H200)
+    monkeypatch.setattr(reading, "start", lambda *args: pytest.fail("the shape alone decides: no data is read"))
     a = torch.zeros((4096, 4096), dtype=torch.float64)
     plan = ozaki.explain(a, a)
     assert (plan.path, plan.moduli, plan.bits_a) == ("native", None, None)
@@ -87,8 +87,8 @@ def test_a_shape_sent_to_dgemm_skips_building_the_plan(monkeypatch, caplog):
     if ozaki.explain(a, b).path != "native":
         pytest.skip("this device's cost model emulates at n = 256")
     planned = []
-    monkeypatch.setattr(frontend, "plan_product",
-                        lambda *args, **kwargs: planned.append(args) or planning.plan_product(*args, **kwargs))
+    prepare = pipeline.prepare
+    monkeypatch.setattr(pipeline, "prepare", lambda *args, **kwargs: planned.append(args) or prepare(*args, **kwargs))
     assert torch.equal(ozaki.matmul(a, b), torch.matmul(a, b)) and not planned
     # Anything else is planned: an explicit engine or accuracy, a batch, a vector, the debug log.
     ozaki.matmul(a, b, engine="reference")
@@ -103,7 +103,8 @@ def test_a_shape_sent_to_dgemm_skips_building_the_plan(monkeypatch, caplog):
 def test_nonfinite_inputs_are_planned_on_their_finite_terms(no_product):
     a = np.array([[1.0, np.inf], [np.nan, 2.0]])
     plan = ozaki.explain(a, np.eye(2))
-    assert plan.nonfinite and np.isfinite(plan.operands[0].numpy()).all()
+    call = pipeline.prepare(torch.from_numpy(a), torch.eye(2, dtype=torch.float64), early=False)
+    assert plan.nonfinite and call.plan == plan and np.isfinite(call.operands[0].numpy()).all()
 
 
 @pytest.mark.parametrize("call, error", [
@@ -133,9 +134,10 @@ def test_shift_span_holds_every_rows_shift(accuracy):
     rng = np.random.default_rng(7)
     a = torch.from_numpy(np.vstack(_span_rows(rng)))
     b = torch.from_numpy(np.vstack(_span_rows(rng)).T.copy())
-    plan = ozaki.explain(a, b, accuracy=accuracy, engine="int8")
-    extents_a, extents_b, bits_a, bits_b = plan.rows[0]
-    lowest, highest = plan.shift_span
+    call = pipeline.prepare(a, b, accuracy, "int8", early=False)
+    assert call.plan == ozaki.explain(a, b, accuracy=accuracy, engine="int8")
+    extents_a, extents_b, bits_a, bits_b = call.lines[0]
+    lowest, highest = call.plan.shift_span
     for extents, bits in ((extents_a, bits_a), (extents_b, bits_b)):
         shifts = shifts_of(extents.row_max, bits)
         assert lowest <= int(shifts.min()) and int(shifts.max()) <= highest

@@ -25,7 +25,7 @@ from kernels.accuracy import (UNBOUNDED, least_quotients_kernel, levels_kernel, 
                               reference_upper_reading, reference_window_tops, row_reading_kernel,
                               upper_reading_kernel, window_tops_kernel)
 from kernels.scaling import reference_row_extents
-from ozaki import accuracy, pipeline, planning
+from ozaki import accuracy, pipeline, reading
 from ozaki.agreement import Agreement
 from ozaki.scaling import row_extents, shifts_of
 
@@ -387,8 +387,8 @@ def _pair(seed: int, m: int, k: int, n: int, phi: float) -> tuple[np.ndarray, np
     return a, b
 
 
-def _plan_bits(plan):
-    return [tuple(t.cpu() for t in row[2:]) for row in plan.rows]
+def _plan_bits(call):
+    return [tuple(t.cpu() for t in row[2:]) for row in call.lines]
 
 
 @pytest.mark.parametrize(("phi", "shape"), [(0.5, (7, 45, 6)), (4.0, (6, 33, 9)), (4.0, (5, 1, 5))])
@@ -400,8 +400,8 @@ def test_fp64_plan_and_product_keep_the_torch_bits(fused_path, monkeypatch, phi,
     if k == 1:
         a[3, 0] = 0.375
     with monkeypatch.context() as torch_only:
-        torch_only.setattr(planning, "kernels_available", lambda device: False)
-        want_plan = planning.plan_product(torch.from_numpy(a), torch.from_numpy(b), "fp64", "int8")
+        torch_only.setattr(reading, "kernels_available", lambda device: False)
+        want_call = pipeline.prepare(torch.from_numpy(a), torch.from_numpy(b), "fp64", "int8")
         want = ozaki.matmul(a, b, engine="int8")
     passes = []
     for name in ("row_reading_kernel", "upper_reading_kernel", "lower_codes_kernel", "least_quotients_kernel",
@@ -417,13 +417,13 @@ def test_fp64_plan_and_product_keep_the_torch_bits(fused_path, monkeypatch, phi,
     assert sorted(passes) == sorted(["row_reading_kernel", "upper_reading_kernel", "lower_codes_kernel",
                                      "least_quotients_kernel", "window_tops_kernel", "levels_kernel"])
     ta, tb = (torch.from_numpy(x).to(DEVICE) for x in (a, b))
-    got_plan = planning.plan_product(ta, tb, "fp64", "int8")
-    assert got_plan == want_plan  # the moduli, p, q, guard and error bound
-    for got_rows, want_rows in zip(_plan_bits(got_plan), _plan_bits(want_plan)):
+    got_call = pipeline.prepare(ta, tb, "fp64", "int8")
+    assert got_call.plan == want_call.plan  # the moduli, p, q, guard and error bound
+    for got_rows, want_rows in zip(_plan_bits(got_call), _plan_bits(want_call)):
         assert all(torch.equal(g, w) for g, w in zip(got_rows, want_rows))
     # The kernel path's plan made the rows' shifts with their widened bits: those of the bits.
-    assert not want_plan.shifts and len(got_plan.shifts) == got_plan.batch
-    for (extents_a, extents_b, bits_a, bits_b), shifts in zip(got_plan.rows, got_plan.shifts):
+    assert not want_call.shifts and len(got_call.shifts) == got_call.plan.batch
+    for (extents_a, extents_b, bits_a, bits_b), shifts in zip(got_call.lines, got_call.shifts):
         assert all(torch.equal(shift.cpu(), shifts_of(extents.row_max.cpu(), bits.cpu()))
                    for shift, extents, bits in zip(shifts, (extents_a, extents_b), (bits_a, bits_b)))
     assert np.array_equal(got.view(np.uint64), want.view(np.uint64))

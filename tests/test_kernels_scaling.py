@@ -20,7 +20,7 @@ import ozaki.catalog
 from kernels.scaling import (SUMMARY_LENGTH, SummaryLines, capped_shifts_kernel, line_summary_kernel,
                              reference_line_summary, reference_row_extents, reference_row_shifts, row_extents_kernel,
                              row_shifts_kernel)
-from ozaki import pipeline, planning
+from ozaki import pipeline, planning, reading
 from ozaki.residues import crt_capacity
 from ozaki.scaling import NO_SET_BIT, exact_bits_of, fixed_bits_of, row_extents, row_shifts, shifts_of
 
@@ -200,7 +200,7 @@ def test_bits_and_shifts_from_the_kernel_extents(bits):
                      device=DEVICE)
     (extents,) = row_extents_kernel(x)
     kept = fixed_bits_of(extents, bits)
-    assert torch.equal(kept, planning.row_bits(x, bits))
+    assert torch.equal(kept, reading.row_bits(x, bits))
     assert torch.equal(shifts_of(extents.row_max, kept), row_shifts(x, kept))
 
 
@@ -245,13 +245,13 @@ def test_capped_shifts_are_the_shifts_of_the_capped_bits(cap):
 
 @pytest.mark.parametrize("cap", [0, 1, 53, 61, 973])
 def test_any_row_span_holds_every_capped_shift(cap):
-    # The span the early encodes take before the plan's read (ozaki.planning._any_row_span)
+    # The span the early encodes take before the plan's read (ozaki.planning.any_row_span)
     # sizes their table of powers: every row kept at most ``cap`` bits has its shift in it,
     # whatever its maximum (subnormal, largest finite, inf, NaN, zero) and lossless width.
     row_max = torch.tensor(_MAXIMA + [math.inf, math.nan], dtype=torch.float64).repeat(6)
     lossless = torch.tensor([0, 1, 52, 53, 61, 2098], dtype=torch.int64).repeat_interleave(len(_MAXIMA) + 2)
     (_, shift), = capped_shifts_kernel((row_max.to(DEVICE), lossless.to(DEVICE), cap))
-    lowest, highest = planning._any_row_span(cap, cap)
+    lowest, highest = planning.any_row_span(cap, cap)
     # Both ends are reached: rows of subnormal maxima keeping the cap, inf and NaN rows keeping none.
     assert (int(shift.min()), int(shift.max())) == (lowest, highest)
 
@@ -318,7 +318,7 @@ def test_line_summary_equals_the_torch_path(lines, lossy):
                  for value in reference_line_summary(bits, side.lossless, side.row_max, side.level, side.code_sums)]
     on_device = [_on_device(side) for side in sides]
     # The torch path, on the CPU: it too sets the bits from the levels, then summarizes.
-    want = planning._summary([(planning._Side(kernels.scaling.Extents(side.row_max, torch.zeros_like(side.lossless)),
+    want = reading._summary([(reading.Line(kernels.scaling.Extents(side.row_max, torch.zeros_like(side.lossless)),
                                               side.bits, side.lossless, side.level), side.code_sums)
                               for side in sides], None)
     assert want.tolist() == reference
@@ -336,9 +336,9 @@ def test_a_finite_width_past_the_summarys_slots_is_refused():
     # Unreachable for float64 rows (at most 1024 + 1074 bits wide), so checked on a made-up summary.
     summary = [60, kernels.scaling.MAX_WIDTH, 0x3FF0000000000000, 0, 0, 0, 0] + [0] * kernels.scaling.MAX_WIDTH
     with pytest.raises(RuntimeError, match="MAX_WIDTH is too small"):
-        planning._Reading.of(torch.tensor(summary))
+        reading.SideStatistics.of(torch.tensor(summary))
     summary[2] = kernels.scaling.INF_PATTERN  # a non-finite operand: its widths are never used
-    assert planning._Reading.of(torch.tensor(summary)).nonfinite
+    assert reading.SideStatistics.of(torch.tensor(summary)).nonfinite
 
 
 def test_line_summary_refuses_bad_calls():
@@ -389,7 +389,7 @@ def test_fused_path_on_rows_from_the_subnormals_up(fused_path, monkeypatch, accu
     a = np.vstack([rng.random((3, 12)) - 0.5, np.zeros((2, 12)), tiny * (rng.random((4, 12)) - 0.5)])
     b = np.hstack([rng.random((12, 3)) - 0.5, np.zeros((12, 1)), np.ldexp(rng.random((12, 2)), -1000)])
     with monkeypatch.context() as torch_only:
-        torch_only.setattr(planning, "kernels_available", lambda device: False)
+        torch_only.setattr(reading, "kernels_available", lambda device: False)
         reference = ozaki.matmul(a, b, engine="reference", accuracy=accuracy)
     got = fused_path(a, b, engine="int8", accuracy=accuracy)
     assert np.array_equal(got.view(np.uint64), reference.view(np.uint64))
@@ -407,7 +407,7 @@ def test_fused_path_keeps_the_torch_stage_one(fused_path, monkeypatch, digits, a
     m, k, n = shape
     a, b = _operands(math.prod(shape), m, k, n, wide)
     with monkeypatch.context() as torch_only:  # the reference engine entirely in torch
-        torch_only.setattr(planning, "kernels_available", lambda device: False)
+        torch_only.setattr(reading, "kernels_available", lambda device: False)
         reference = ozaki.matmul(a, b, engine="reference", accuracy=accuracy)
     asked, fused = [], pipeline._fused_by_row_blocks
     choose = planning.moduli_for
@@ -425,7 +425,7 @@ def test_fused_path_keeps_the_torch_stage_one(fused_path, monkeypatch, digits, a
     assert [tuple(x.shape) for x in read] == [(m, k), (n, k)] and read[1].stride(0) == 1
 
     ta, tbt = torch.from_numpy(a), torch.from_numpy(b).T
-    bits_a, bits_b = planning.row_bits(ta, accuracy), planning.row_bits(tbt, accuracy)
+    bits_a, bits_b = reading.row_bits(ta, accuracy), reading.row_bits(tbt, accuracy)
     assert asked[0] == crt_capacity(k, int(bits_a.max()), int(bits_b.max()))
     shift_a, shift_b = (shift.cpu() for shift in asked[1][:2])
     assert torch.equal(shift_a, row_shifts(ta, bits_a)) and torch.equal(shift_b, row_shifts(tbt, bits_b))

@@ -14,7 +14,7 @@ import kernels.crt
 import ozaki
 import ozaki.catalog
 from exact_reference import round_dyadic as _correctly_rounded
-from ozaki import _bits, cost, pipeline, planning
+from ozaki import _bits, cost, pipeline, planning, reading
 from ozaki.crt import garner, round_to_float64, signed_limbs
 from ozaki.products import _PRODUCT_LIMIT, _reduce_product, direct_products
 from ozaki.residues import reference_moduli, residues
@@ -98,6 +98,26 @@ def test_batch_invariance(accuracy):
     for rows in (slice(0, 1), slice(0, 7), slice(5, 6), slice(20, 33)):
         part = ozaki.matmul(a[rows], b, accuracy=accuracy)
         assert np.array_equal(part.view(np.uint64), full[rows].view(np.uint64))
+
+
+@pytest.mark.parametrize("engine", ["reference", "int8", "fp4"])
+@pytest.mark.parametrize("accuracy", ["fp64", "exact", 30])
+@pytest.mark.parametrize("broadcast", [False, True])
+def test_a_product_of_a_batch_has_its_bits_alone(engine, accuracy, broadcast):
+    """Every product of a batch has the bits it has computed alone, in every accuracy: under
+    "fp64" too, whose bits follow the product's own A and B, never its neighbours' (products
+    of different scales and spreads here, one B broadcast or a B per product)."""
+    if not ozaki.catalog.plans_for(engine) and engine != "reference":
+        pytest.skip(f"the catalog has no {engine} plan")
+    rng = np.random.default_rng(17)
+    scales = np.array([1e-100, 1.0, 1e50, 1e-3, 1e200, 1.0])[:, None, None]
+    a = _spread(rng, (6, 9, 40), 2.0) * scales
+    a[3] = _spread(rng, (9, 40), 0.0) * 1e-3
+    b = _spread(rng, (40, 7), 1.0) if broadcast else _spread(rng, (6, 40, 7), 1.0) * scales[::-1]
+    batch = ozaki.matmul(a, b, accuracy=accuracy, engine=engine)
+    alone = np.stack([ozaki.matmul(a[i], b if broadcast else b[i], accuracy=accuracy, engine=engine)
+                      for i in range(6)])
+    assert np.array_equal(batch.view(np.uint64), alone.view(np.uint64))
 
 
 def test_threads_agree():
@@ -281,7 +301,7 @@ def fused_path(monkeypatch):
     GEMMs, decode kernel): on a GPU with the operands moved to it, without one through Triton's
     interpreter (tests/conftest.py) on the CPU tensors.  Returns a numpy array, as matmul does."""
     if not torch.cuda.is_available():
-        monkeypatch.setattr(planning, "kernels_available", lambda device: True)
+        monkeypatch.setattr(reading, "kernels_available", lambda device: True)
         return ozaki.matmul
 
     def on_gpu(a: np.ndarray, b: np.ndarray, **options) -> np.ndarray:
@@ -375,17 +395,17 @@ def test_work_queued_on_the_last_plan_keeps_the_bits_of_the_plan_made(fused_path
     if guess == "non-finite operand":
         a[7, 2] = np.nan
     want = ozaki.matmul(a, b, engine="reference")
-    monkeypatch.setattr(planning, "_LAST_PLANS", {})
+    monkeypatch.setattr(pipeline, "_LAST_PLANS", {})
     first = fused_path(np.where(np.isnan(a), 0.0, a), b, engine=digits)
-    (key, last), = planning._LAST_PLANS.items()
+    (key, last), = pipeline._LAST_PLANS.items()
     frontier = planning._plan_frontier(ozaki.catalog.catalog_dir(), digits)[1]
-    planning._LAST_PLANS[key] = {
-        "P narrower": planning._LastPlan(last.moduli, last.p - 8, last.q),
-        "Q narrower": planning._LastPlan(last.moduli, last.p, last.q - 8),
-        "other moduli": planning._LastPlan(next(m for m in frontier if m is not last.moduli), last.p, last.q),
+    pipeline._LAST_PLANS[key] = {
+        "P narrower": pipeline._LastPlan(last.moduli, last.p - 8, last.q),
+        "Q narrower": pipeline._LastPlan(last.moduli, last.p, last.q - 8),
+        "other moduli": pipeline._LastPlan(next(m for m in frontier if m is not last.moduli), last.p, last.q),
     }.get(guess, last)
     queued, taken = [], []
-    early, take = pipeline.early_encodes, pipeline.EarlyPlanes.take
+    early, take = pipeline._early_encodes, pipeline.EarlyPlanes.take
 
     def spied_early(a_, bt_, moduli, shift_a, shift_b, span):
         for shift in (shift_a, shift_b):
@@ -393,7 +413,7 @@ def test_work_queued_on_the_last_plan_keeps_the_bits_of_the_plan_made(fused_path
         queued.append(moduli)
         return early(a_, bt_, moduli, shift_a, shift_b, span)
 
-    monkeypatch.setattr(pipeline, "early_encodes", spied_early)
+    monkeypatch.setattr(pipeline, "_early_encodes", spied_early)
     monkeypatch.setattr(pipeline.EarlyPlanes, "take", lambda self: taken.append(self) or take(self))
     counts = []
     for _ in range(3):

@@ -87,8 +87,10 @@ def find_residue(modulus: int, digits: str, *, weight_bound: int | None = None, 
     m is composite, the CRT composition of encodings mod its prime-power parts (search.compose,
     each part searched from scratch by this ladder).  ``weight_bound`` defaults to
     :data:`DEFAULT_WEIGHT_BOUNDS` (else m // 2); it bounds the first two rungs only.
-    ``time_limit`` bounds each rung."""
+    ``time_limit`` bounds the whole call: each rung, and each part of a composition, gets
+    what is left of it, and a composition is not started once it is spent."""
     started = time.monotonic()
+    deadline = started + time_limit
     spec = Spec.residue(modulus, digits)
     search_options = dict(weight_bound=weight_bound, seed=seed, workers=workers, time_limit=time_limit,
                           max_products=max_products, progress=progress)
@@ -100,13 +102,13 @@ def find_residue(modulus: int, digits: str, *, weight_bound: int | None = None, 
         family = default_family(spec, limbs * limbs, limbs_a=limbs, limbs_b=limbs)
         if weight_bound is not None:
             family = dataclasses.replace(family, weight_bound_a=weight_bound, weight_bound_b=weight_bound)
-        result = search(spec, family, seed=seed, workers=workers, time_limit=time_limit, progress=progress,
-                        join="enumerate")
+        result = search(spec, family, seed=seed, workers=workers, time_limit=deadline - time.monotonic(),
+                        progress=progress, join="enumerate")
         ladder.append({"limbs": limbs, "join": "enumerate", "family": family.describe(), "status": result.status})
         if result.candidate is not None:
             return result, ladder
         if result.status == "unknown":
-            return _composed_if_composite(spec, result, ladder, started, **search_options)
+            return _composed_if_composite(spec, result, ladder, started, deadline, **search_options)
     # Two limbs per side refuted: three, where the plane-coordinate join pays off (3375
     # digit vectors per side instead of 225).  Not capped below: the rung proves its own
     # fewest products within its family (or that none has at most max_products).
@@ -115,7 +117,6 @@ def find_residue(modulus: int, digits: str, *, weight_bound: int | None = None, 
     # rung re-proves the sizes below it (cheap); the identity-row coverage pass is shared
     # (search.product_encodings caches it).
     half = max(1, modulus // 2)
-    deadline = time.monotonic() + time_limit
     for cap in range(3, max_products + 1):
         family = ProductFamily(cap, 3, 3, 1, 1, half, half, modulus)
         result = search_product(spec, family, seed=seed, workers=workers, time_limit=deadline - time.monotonic(),
@@ -124,22 +125,25 @@ def find_residue(modulus: int, digits: str, *, weight_bound: int | None = None, 
         if result.candidate is not None or result.status == "unknown" or time.monotonic() >= deadline:
             break
     if result.candidate is None:
-        return _composed_if_composite(spec, result, ladder, started, **search_options)
+        return _composed_if_composite(spec, result, ladder, started, deadline, **search_options)
     return result, ladder
 
 
-def _composed_if_composite(spec: Spec, direct: Result, ladder: list, started: float, **search) -> tuple[Result, list]:
+def _composed_if_composite(spec: Spec, direct: Result, ladder: list, started: float, deadline: float,
+                           **search) -> tuple[Result, list]:
     """Where the direct search found nothing and m has several prime-power parts: the CRT
     composition (search.compose) of the fewest-product encodings found mod each part, each
     by its own find_residue, appended to ``ladder`` with the parts' records.  A construction:
     status "feasible" (not proven fewest), or "unknown" when a part has no encoding.  Its wall
-    time is the whole ladder's, from ``started``."""
+    time is the whole ladder's, from ``started``; each part gets what is left until ``deadline``,
+    and with nothing left there is no composition (``direct`` is returned)."""
     parts = coprime_parts(spec.modulus)
-    if len(parts) == 1:
+    if len(parts) == 1 or time.monotonic() >= deadline:
         return direct, ladder
     found, records = [], []
     for part in parts:
-        part_result, part_ladder = find_residue(part, spec.digits, **search)
+        part_result, part_ladder = find_residue(part, spec.digits,
+                                                **{**search, "time_limit": deadline - time.monotonic()})
         records.append({"modulus": part, "status": part_result.status, "ladder": part_ladder,
                         "products": part_result.candidate.products if part_result.candidate else None})
         found.append((part_result.spec, part_result.candidate))

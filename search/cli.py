@@ -2,12 +2,20 @@
 
     ozaki-search residue --modulus 89 --digits fp4 --out res.json
     ozaki-search product --a int8 --b int4 --digits fp4 --max-products 4 --time-limit 60 --out p.json
-    ozaki-search plan --digits fp4 --input-bits 53 --k-max 16384 --catalog encodings --out plan.json
+    ozaki-search plan --digits fp4 --input-bits 53 --k-max 16384 --out plan.json
     ozaki-search verify encodings/residue/*.json
     ozaki-search catalog --out encodings          # regenerates residue encodings and plans
 
+``plan`` and ``fastest`` read the catalog the library reads (ozaki.catalog.catalog_dir():
+$OZAKI_CATALOG, else the installed one) unless --catalog names another folder; ``catalog``
+writes to --out, by default ./encodings (a checkout's own catalog when run from its root;
+elsewhere set $OZAKI_CATALOG to the folder for the library to read it).
+
 Progress goes to stderr; the last stdout line of a search states status, products,
-proof status, seed and wall time.  Impossible requests exit with status 2 and a message.
+proof status, seed and wall time.  --time-limit bounds a search's whole wall time.  Exit
+status: 0 found; 1 nothing found (proven none, or the time limit was hit first: a last
+stderr line says which and what to raise); 2 an impossible request or a wrong catalog
+folder, with a message.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import time
 from pathlib import Path
 
 from kernels.digits import DIGIT_SETS
+from ozaki.catalog import catalog_dir
 from ozaki.formats import dump_json
 
 from search import catalog_writer
@@ -46,6 +55,7 @@ def _summary(result, name: str) -> str:
 
 def _write(d: dict, out: str | None) -> None:
     if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)  # e.g. a new catalog's residue/
         dump_json(d, out)
         print(f"wrote {out}")
 
@@ -58,16 +68,30 @@ def _cmd_residue(args) -> int:
     name = f"res{args.modulus}-{args.digits}"
     print(_summary(result, name))
     if result.candidate is None:
-        why = ("time limit reached first; raise --time-limit or lower --weight-bound" if result.status == "unknown"
-               else "proven: none within the searched families")
-        print(f"no residue encoding mod {args.modulus} over {args.digits} with up to 3 limbs per side and "
-              f"{args.max_products} products ({why})",
-              file=sys.stderr)
+        last = ladder[-1]
+        if last["join"] == "crt":
+            where = f"while composing encodings mod its parts {', '.join(str(p['modulus']) for p in last['parts'])}"
+            timed_out = any(p["status"] == "unknown" for p in last["parts"])
+        else:
+            refuted = sorted({r["limbs"] for r in ladder if r["status"] == "infeasible"} - {last["limbs"]})
+            where = f"while searching {last['limbs']} limbs per side" + (
+                f" ({' and '.join(map(str, refuted))} limb{'s' * (refuted[-1] > 1)} per side refuted)" if refuted
+                else "")
+            timed_out = result.status == "unknown"
+        if timed_out:
+            print(_time_limit_hit(name, args.time_limit, where) + " (or lower --weight-bound)", file=sys.stderr)
+        else:
+            print(f"no residue encoding mod {args.modulus} over {args.digits} with up to 3 limbs per side and "
+                  f"{args.max_products} products (proven: none within the searched families)", file=sys.stderr)
         return 1
     d = encoding_dict(result, f"{name}-{result.candidate.products}",
                       search_record(result, ladder[-1]["join"], {"ladder": ladder}))
     _write(d, args.out)
     return 0
+
+
+def _time_limit_hit(name: str, seconds: float, where: str) -> str:
+    return f"{name}: nothing found: the time limit of {seconds:g}s was hit {where}; raise --time-limit"
 
 
 def _cmd_product(args) -> int:
@@ -85,18 +109,41 @@ def _cmd_product(args) -> int:
     for note in result.notes:
         print(f"proven for every encoding: {note}")
     if result.candidate is None:
+        if result.status == "unknown":
+            print(_time_limit_hit(name, args.time_limit, f"in the family above, after {len(ladder) - 1} refuted"),
+                  file=sys.stderr)
         return 1
     d = encoding_dict(result, f"{name}-{result.candidate.products}", search_record(result, args.join, {"ladder": ladder}))
     _write(d, args.out)
     return 0
 
 
+def _residue_folder(catalog: str | None) -> Path:
+    """``<catalog>/residue`` for --catalog, else that of the catalog the library reads
+    (ozaki.catalog.catalog_dir()), so that the command works from any working directory.
+    ``ValueError`` naming the folder looked in when it holds no residue encodings."""
+    try:
+        root, named = (Path(catalog), "--catalog") if catalog is not None else (catalog_dir(), "the library's catalog")
+    except FileNotFoundError as err:  # $OZAKI_CATALOG set to something that is not a folder
+        raise ValueError(err) from None
+    folder = root / "residue"
+    if not root.is_dir():
+        raise ValueError(f"{named} {root} is not a folder: point --catalog at a catalog folder "
+                         f"(one with residue/*.json)")
+    if not any(folder.glob("*.json")):
+        fix = ("point --catalog at a catalog folder (one with residue/*.json)" if catalog is not None else
+               f"build one with 'ozaki-search catalog --out {root}', or set $OZAKI_CATALOG or --catalog to one")
+        raise ValueError(f"{named} {root} holds no residue encodings (looked for {folder}/*.json): {fix}")
+    return folder
+
+
 def _cmd_plan(args) -> int:
-    root = Path(args.catalog)
-    encodings = catalog_writer.cheapest_residues(root / "residue", args.digits, args.min_k_window)
+    folder = _residue_folder(args.catalog)
+    encodings = catalog_writer.cheapest_residues(folder, args.digits, args.min_k_window)
     if not encodings:
-        raise ValueError(f"no {args.digits} residue encodings with k_window >= {args.min_k_window} under "
-                         f"{root / 'residue'}: run 'ozaki-search catalog' first or lower --min-k-window")
+        raise ValueError(f"no {args.digits} residue encodings with k_window >= {args.min_k_window} under {folder}: "
+                         f"lower --min-k-window, or add {args.digits} encodings to the catalog "
+                         f"('ozaki-search catalog --digits {args.digits}')")
     costs = {m: enc.products for m, enc in encodings.items()}
     chosen = choose_moduli(costs, args.input_bits, args.k_max, seed=args.seed, workers=args.workers,
                            time_limit=args.time_limit)
@@ -113,7 +160,6 @@ def _cmd_plan(args) -> int:
 
 def _cmd_fastest(args) -> int:
     """The planner: the fastest plan over digit sets given a time per product for each."""
-    root = Path(args.catalog)
     times = {}
     for item in args.time_per_product.split(","):
         digits, _, value = item.partition("=")
@@ -125,16 +171,21 @@ def _cmd_fastest(args) -> int:
             raise ValueError(f"--time-per-product: {item!r} is not DIGITS=SECONDS") from None
         if times[digits] <= 0:
             raise ValueError(f"--time-per-product: time for {digits} must be positive")
-    rows = []
+    folder = _residue_folder(args.catalog)
+    rows, absent = [], []
     for digits, per in sorted(times.items()):
-        encodings = catalog_writer.cheapest_residues(root / "residue", digits)
+        encodings = catalog_writer.cheapest_residues(folder, digits)
         if not encodings:
+            absent.append(digits)
             continue
         chosen = choose_moduli({m: e.products for m, e in encodings.items()}, args.input_bits, args.k_max)
         if chosen.moduli:
             rows.append((chosen.cost * per, digits, chosen))
     if not rows:
-        raise ValueError("no digit set has residue encodings that reach the capacity")
+        none = f" ({', '.join(absent)}: no encodings there)" if absent else ""
+        raise ValueError(f"no digit set's residue encodings under {folder}{none} reach the capacity "
+                         f"2*K*(2^b-1)^2 for --input-bits {args.input_bits} and --k-max {args.k_max}: lower them, "
+                         f"or name digit sets the catalog holds")
     for modeled, digits, chosen in sorted(rows, key=lambda r: r[:2]):
         print(f"{digits}: {chosen.cost} products x {times[digits]} = {modeled:g} (moduli {chosen.moduli})")
     print(f"fastest: {catalog_writer.plan_name(min(rows, key=lambda r: r[:2])[1], args.input_bits, args.k_max)}")
@@ -153,6 +204,10 @@ def _cmd_catalog(args) -> int:
                               products=args.products, product_time_limit=args.product_time_limit,
                               report=_progress(False))
     return 0
+
+
+_CATALOG_HELP = ("catalog folder to read residue/*.json from (default: the library's, ozaki.catalog.catalog_dir(): "
+                 "$OZAKI_CATALOG, else the installed catalog)")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -199,7 +254,7 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--digits", choices=digits, required=True)
     q.add_argument("--input-bits", type=int, required=True)
     q.add_argument("--k-max", type=int, required=True)
-    q.add_argument("--catalog", default="encodings", help="catalog folder (default encodings)")
+    q.add_argument("--catalog", help=_CATALOG_HELP)
     q.add_argument("--min-k-window", type=int, default=0,
                    help="use only residue encodings whose exact accumulation window is at least this K")
     common(q, 60)
@@ -209,7 +264,7 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--time-per-product", required=True, help="e.g. fp4=1,fp8=2,int8=2")
     q.add_argument("--input-bits", type=int, required=True)
     q.add_argument("--k-max", type=int, required=True)
-    q.add_argument("--catalog", default="encodings")
+    q.add_argument("--catalog", help=_CATALOG_HELP)
     q.set_defaults(run=_cmd_fastest)
 
     q = sub.add_parser("verify", help="exhaustively re-verify catalog files")
@@ -217,7 +272,11 @@ def _parser() -> argparse.ArgumentParser:
     q.set_defaults(run=_cmd_verify)
 
     q = sub.add_parser("catalog", help="regenerate the whole catalog")
-    q.add_argument("--out", required=True)
+    # Not the library's catalog folder: installed, that lies inside the package, which a
+    # regeneration must not overwrite; from a checkout's root the two are the same folder.
+    q.add_argument("--out", default="encodings",
+                   help="folder to write residue/, plan/ (and product/) into (default ./encodings, relative to "
+                        "the working directory); set $OZAKI_CATALOG to it for the library to read it")
     q.add_argument("--digits", nargs="+", default=["int8", "fp8", "fp4"], choices=digits)
     q.add_argument("--min-modulus", type=int, default=2)
     q.add_argument("--max-modulus", type=int, default=256)

@@ -19,8 +19,9 @@ from ortools.sat.python import cp_model
 
 from search.identity import identity_text
 from search.model import build_model, solve
+from search.progress import every
 from search.lattice import echelon, members
-from search.sides import SideCandidate, choose_limbs, peaks, side_candidates
+from search.sides import SideCandidate, _block_rows, choose_limbs, peaks, side_candidates, unit_orbits
 from search.spec import Family, ProductFamily, Spec
 
 __all__ = ["Candidate", "Result", "search"]
@@ -159,25 +160,37 @@ def _join_enumerate(spec, family, sides, *, seed, workers, deadline, report):
     (every smaller set was refuted), then the smallest peak product among them."""
     (rows_a, cand_a), (rows_b, cand_b) = sides["a"], sides["b"]
     m = spec.modulus
+    orbits = {id(c): unit_orbits(c.weights, m) for c in cand_a + cand_b}
+    tick = every(report)
+
+    def timed_out(size):
+        report(f"time limit reached while joining {size}-product plane sets")
+        return "unknown", None, size
+
     for size in range(1, family.products + 1):
         tried, found = 0, []
         for ca in cand_a:
             for cb in cand_b:
                 if len(ca.rows) > size or len(cb.rows) > size or len(ca.rows) * len(cb.rows) < size:
                     continue
-                weight_pairs = _outer(ca.weights, cb.weights, m)
+                (first_a, orbit_a), (first_b, orbit_b) = orbits[id(ca)], orbits[id(cb)]
                 for pairs in _pair_sets(ca.rows, cb.rows, size):
                     if time.monotonic() > deadline:
-                        return "unknown", None, size
+                        return timed_out(size)
+                    tick(lambda: f"{size} products: {tried} plane sets joined, {len(found)} in the lattice")
                     tried += 1
                     gens = [[x * y for x in rows_a[r] for y in rows_b[s]] for r, s in pairs]
-                    hits = np.flatnonzero(members(echelon(gens, m), weight_pairs))
-                    if hits.size:
-                        found.append((ca, cb, pairs, hits))
+                    inside = _members_outer(echelon(gens, m), ca.weights[first_a], cb.weights[first_b], m, deadline)
+                    if inside is None:
+                        return timed_out(size)
+                    if inside.any():
+                        found.append((ca, cb, pairs, np.flatnonzero(inside[orbit_a][:, orbit_b])))
         if found:
+            report(f"{size} products: {len(found)} of {tried} plane sets in the lattice with "
+                   f"{sum(len(hits) for *_, hits in found)} weight pairs; ranking them by plane-value peaks")
             outcome = _best_of(spec, family, sides, found, seed=seed, workers=workers, deadline=deadline)
             if outcome == "timeout":
-                return "unknown", None, size
+                return timed_out(size)
             if outcome is not None:
                 return "optimal", outcome, size
         report(f"no encoding with {size} products ({tried} plane sets refuted)")
@@ -189,16 +202,26 @@ def _best_of(spec, family, sides, found, *, seed, workers, deadline):
     coefficients as (solver, vars, side_a, side_b), "timeout", or None when none admits
     nonzero coefficients."""
     (rows_a, _), (rows_b, _) = sides["a"], sides["b"]
+    split = [np.divmod(hits, len(cb.weights)) for _, cb, _, hits in found]
+    # Peaks only for the weight vectors some hit uses: a side of a large modulus keeps far
+    # more covering weights than the lattice lets through.
+    wanted = {}
+    for (ca, cb, _, _), (i, j) in zip(found, split):
+        for side, rows, cand, idx in (("a", rows_a, ca, i), ("b", rows_b, cb, j)):
+            wanted.setdefault(id(cand), (side, rows, cand, []))[3].append(idx)
     peak = {}
-    for side, rows, cand in [("a", rows_a, c[0]) for c in found] + [("b", rows_b, c[1]) for c in found]:
-        if id(cand) not in peak:
-            peak[id(cand)] = peaks(spec, side, [rows[r] for r in cand.rows], cand.weights)
-    order = []
-    for n, (ca, cb, _, hits) in enumerate(found):
-        i, j = np.divmod(hits, len(cb.weights))
-        keys = peak[id(ca)][i] * peak[id(cb)][j]
-        order.extend(zip(keys.tolist(), [n] * len(hits), i.tolist(), j.tolist()))
-    order.sort()
+    try:
+        for key, (side, rows, cand, idx) in wanted.items():
+            idx = np.unique(np.concatenate(idx))
+            peak[key] = np.zeros(len(cand.weights), dtype=np.int64)
+            peak[key][idx] = peaks(spec, side, [rows[r] for r in cand.rows], cand.weights[idx], deadline)
+    except TimeoutError:
+        return "timeout"
+    n = np.concatenate([np.full(len(hits), k) for k, (_, _, _, hits) in enumerate(found)])
+    i = np.concatenate([i for i, _ in split])
+    j = np.concatenate([j for _, j in split])
+    keys = np.concatenate([peak[id(ca)][i] * peak[id(cb)][j] for (ca, cb, _, _), (i, j) in zip(found, split)])
+    order = zip(*(x[np.lexsort((j, i, n, keys))].tolist() for x in (keys, n, i, j)))
     for _, n, i, j in order:
         left = deadline - time.monotonic()
         if left <= 0:
@@ -219,3 +242,20 @@ def _outer(u: np.ndarray, v: np.ndarray, modulus: int | None) -> np.ndarray:
     """vec(u v^T) for every (u, v) pair, row index i * len(v) + j."""
     w = (u[:, None, :, None] * v[None, :, None, :]).reshape(len(u) * len(v), -1)
     return w % modulus if modulus is not None else w
+
+
+def _members_outer(basis, u: np.ndarray, v: np.ndarray, modulus: int | None, deadline: float) -> np.ndarray | None:
+    """Matrix over (u, v) pairs: vec(u v^T) in the lattice ``basis`` spans; None once
+    ``time.monotonic()`` passes ``deadline``.  A block of u at a time, so memory stays
+    bounded however many weight vectors the sides keep.
+
+    With a modulus the lattice contains m Z^N, so c x is in it exactly when x is, for a unit
+    c: the callers pass one weight vector per unit orbit (search.sides.unit_orbits)."""
+    out = np.zeros((len(u), len(v)), dtype=bool)
+    rows = _block_rows(len(v) * u.shape[1] * v.shape[1])
+    for start in range(0, len(u), rows):
+        if time.monotonic() > deadline:
+            return None
+        block = u[start : start + rows]
+        out[start : start + len(block)] = members(basis, _outer(block, v, modulus)).reshape(len(block), len(v))
+    return out

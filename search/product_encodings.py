@@ -47,7 +47,15 @@ from search.engine import Candidate, Result
 from search.identity import identity_text
 from search.lattice import echelon, members
 from search.model import solve
-from search.sides import _covering, choose_limbs, limb_vectors, peaks, targets
+from search.sides import (
+    _covering,
+    _residue_keys,
+    _unit_canonical,
+    choose_limbs,
+    limb_vectors,
+    peaks,
+    targets,
+)
 from search.spec import ProductFamily, Spec, minimal_limbs
 
 __all__ = [
@@ -157,8 +165,14 @@ def _grid(limbs: int, bound: int) -> np.ndarray:
     return np.array([c for c in combos if any(c)], dtype=np.int64).reshape(-1, limbs)
 
 
-def _expand(canonical: np.ndarray, group) -> np.ndarray:
-    return np.unique(np.concatenate([_act_weights(g, canonical) for g in group]), axis=0)
+def _expand(canonical: np.ndarray, group, bound: int) -> np.ndarray:
+    """Every image of the rows of ``canonical`` (entries in [-bound, bound]) under ``group``,
+    once each, in lexicographic order (np.unique(axis=0)'s, through one integer key a row:
+    sorting rows as records took seconds for INT8's side)."""
+    images = np.concatenate([_act_weights(g, canonical) for g in group])
+    base = 2 * bound + 1
+    lex = ((images + bound) * base ** np.arange(images.shape[1] - 1, -1, -1, dtype=np.int64)).sum(axis=1)
+    return images[np.unique(lex, return_index=True)[1]]
 
 
 def _stabilized_cover(spec, side, rows, weights, bound, group) -> np.ndarray:
@@ -175,7 +189,7 @@ def _stabilized_cover(spec, side, rows, weights, bound, group) -> np.ndarray:
     reps = reps[_covering(spec, side, limb_vectors(rows, spec.digit_values), reps)]
     if not len(reps):
         return reps
-    return np.unique(np.concatenate([_act_weights(g, reps) for g in stab]), axis=0)
+    return _expand(reps, stab, bound)
 
 
 def side_sets(spec: Spec, side: str, limbs: int, coefficient_bound: int, weight_bound: int, max_rows: int,
@@ -191,7 +205,10 @@ def side_sets(spec: Spec, side: str, limbs: int, coefficient_bound: int, weight_
     # weights once, then take every signed permutation.
     free = limb_vectors(identity, digits)
     grid = _grid(limbs, weight_bound)
-    base = _expand(grid[_covering(spec, side, free, grid)], group)
+    covering = grid[_covering(spec, side, free, grid, deadline)]
+    if time.monotonic() > deadline:
+        raise TimeoutError(f"side {side}: time limit reached while checking which weight vectors cover")
+    base = _expand(covering, group, weight_bound)
     menu = extra_rows(limbs, coefficient_bound, digits)
 
     def cover(rows, g, weights):
@@ -256,40 +273,6 @@ def _grow_row_sets(side: str, identity, base, menu, group, max_rows: int, cover,
 #   multiple of x: one look-up.  Otherwise the covering list is scanned for that u.
 
 
-def _residue_keys(w: np.ndarray, m: int) -> np.ndarray:
-    return ((np.asarray(w, dtype=np.int64) % m) * m ** np.arange(w.shape[1], dtype=np.int64)).sum(axis=1)
-
-
-def _units(m: int) -> np.ndarray:
-    return np.array([c for c in range(1, m) if math.gcd(c, m) == 1] or [1], dtype=np.int64)
-
-
-def _unit_canonical(w: np.ndarray, m: int) -> np.ndarray:
-    """Per row of ``w``: one representative of its orbit under the units of Z_m (any unit
-    multiple covers and solves as well).  A row with a unit entry is scaled so that its
-    first unit entry is 1 (the position is orbit-invariant, the scale unique); a row
-    without one (possible only for composite m) takes the multiple with the smallest
-    residue key."""
-    w = np.asarray(w, dtype=np.int64) % m
-    units = _units(m)
-    inverse = np.zeros(m, dtype=np.int64)
-    inverse[units] = [pow(int(c), -1, m) for c in units]
-    is_unit = inverse[w] != 0
-    has = is_unit.any(axis=1)
-    first = is_unit.argmax(axis=1)
-    out = w.copy()
-    rows = np.flatnonzero(has)
-    out[rows] = (w[rows] * inverse[w[rows, first[rows]]][:, None]) % m
-    rest = np.flatnonzero(~has)
-    chunk = max(1, 2**22 // (len(units) * max(1, w.shape[1])))
-    for start in range(0, len(rest), chunk):
-        idx = rest[start : start + chunk]
-        images = (units[:, None, None] * w[idx][None]) % m  # U x N x n
-        keys = (images * m ** np.arange(w.shape[1], dtype=np.int64)).sum(axis=2)
-        out[idx] = images[keys.argmin(axis=0), np.arange(len(idx))]
-    return out
-
-
 def _unique_canonical(w: np.ndarray, m: int) -> np.ndarray:
     w = _unit_canonical(w, m)
     return w[np.unique(_residue_keys(w, m), return_index=True)[1]]
@@ -312,7 +295,7 @@ def _residue_side_sets(spec: Spec, side: str, limbs: int, coefficient_bound: int
     if key not in _IDENTITY_COVER:
         grid = _grid(limbs, m // 2)
         free = limb_vectors(identity, digits)
-        reps = _unique_canonical(grid[_covering(spec, side, free, grid)], m)
+        reps = _unique_canonical(grid[_covering(spec, side, free, grid, deadline)], m)
         base = _unique_canonical(np.concatenate([_act_weights(g, reps) for g in group]), m) if len(reps) else reps
         # Kept for the process: the residue ladder (search.catalog_writer.find_residue) asks for the
         # same side again with a larger product cap.  One entry per (modulus, side range).
@@ -323,7 +306,7 @@ def _residue_side_sets(spec: Spec, side: str, limbs: int, coefficient_bound: int
 
     def cover(rows, g, weights):
         moved = _unique_canonical(_act_weights(g, weights), m)
-        return moved[_covering(spec, side, limb_vectors(rows, digits), moved)]
+        return moved[_covering(spec, side, limb_vectors(rows, digits), moved, deadline)]
 
     found_rows, found_weights = _grow_row_sets(side, identity, base, menu, group, max_rows, cover, deadline, progress)
     if progress:

@@ -19,11 +19,30 @@ from dataclasses import dataclass
 import numpy as np
 import sympy
 
+from search.progress import every
 from search.spec import Family, Spec
 
-__all__ = ["SideCandidate", "canonical", "choose_limbs", "limb_vectors", "menu", "peaks", "side_candidates", "targets"]
+__all__ = [
+    "SideCandidate",
+    "canonical",
+    "choose_limbs",
+    "limb_vectors",
+    "menu",
+    "peaks",
+    "side_candidates",
+    "targets",
+    "unit_orbits",
+]
 
 _CHUNK = 4096
+# Cells (weight vectors x limb vectors or residues) one block of a vectorised pass holds:
+# bounded, so that memory stays flat for a large digit set (int8's two limbs have 65536
+# limb vectors) and a deadline is checked between blocks.
+_BLOCK_CELLS = 2**22
+
+
+def _block_rows(cells_per_row: int) -> int:
+    return max(1, min(_CHUNK, _BLOCK_CELLS // max(1, cells_per_row)))
 
 
 def menu(limbs: int, bound: int) -> list[tuple[int, ...]]:
@@ -97,8 +116,69 @@ def _weight_grid(limbs: int, bound: int, unit_first: bool) -> np.ndarray:
     return np.array(combos, dtype=np.int64).reshape(-1, limbs)
 
 
-def _covering(spec: Spec, side: str, d: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """Mask over ``weights``: those for which u.D reaches every representative."""
+def _residue_keys(w: np.ndarray, m: int) -> np.ndarray:
+    return ((np.asarray(w, dtype=np.int64) % m) * m ** np.arange(w.shape[1], dtype=np.int64)).sum(axis=1)
+
+
+def _units(m: int) -> np.ndarray:
+    return np.array([c for c in range(1, m) if math.gcd(c, m) == 1] or [1], dtype=np.int64)
+
+
+def _unit_canonical(w: np.ndarray, m: int) -> np.ndarray:
+    """Per row of ``w``: one representative of its orbit under the units of Z_m (any unit
+    multiple covers and solves as well).  A row with a unit entry is scaled so that its
+    first unit entry is 1 (the position is orbit-invariant, the scale unique); a row
+    without one (possible only for composite m) takes the multiple with the smallest
+    residue key."""
+    w = np.asarray(w, dtype=np.int64) % m
+    units = _units(m)
+    inverse = np.zeros(m, dtype=np.int64)
+    inverse[units] = [pow(int(c), -1, m) for c in units]
+    is_unit = inverse[w] != 0
+    has = is_unit.any(axis=1)
+    first = is_unit.argmax(axis=1)
+    out = w.copy()
+    rows = np.flatnonzero(has)
+    out[rows] = (w[rows] * inverse[w[rows, first[rows]]][:, None]) % m
+    rest = np.flatnonzero(~has)
+    chunk = max(1, 2**22 // (len(units) * max(1, w.shape[1])))
+    for start in range(0, len(rest), chunk):
+        idx = rest[start : start + chunk]
+        images = (units[:, None, None] * w[idx][None]) % m  # U x N x n
+        keys = (images * m ** np.arange(w.shape[1], dtype=np.int64)).sum(axis=2)
+        out[idx] = images[keys.argmin(axis=0), np.arange(len(idx))]
+    return out
+
+
+def _covering(spec: Spec, side: str, d: np.ndarray, weights: np.ndarray, deadline: float = math.inf,
+              tick=None) -> np.ndarray:
+    """Mask over ``weights``: those for which u.D reaches every representative.
+
+    With a modulus, covering means reaching all of Z_m (the representatives, and with a
+    symmetric digit set D = -D the rest), and the reached set of c u is c times that of u:
+    for a unit c both cover or neither.  One weight vector per unit orbit is tested, which
+    turns the m^2 / 2 weight pairs of a two-limb side into about m^2 / phi(m) tests.
+    ``TimeoutError`` once ``time.monotonic()`` passes ``deadline``; ``tick`` (search.progress.every)
+    hears how far a long check has got."""
+    first, orbit = unit_orbits(weights, spec.modulus)
+    return _covering_each(spec, side, d, weights[first], deadline, tick)[orbit]
+
+
+def unit_orbits(weights: np.ndarray, modulus: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """(first, orbit): the index of one weight vector per orbit of the units of Z_m, and
+    per weight vector the position of its orbit in ``first``, so that a property every
+    unit multiple shares is computed on ``weights[first]`` and read back through ``orbit``.
+    Without a modulus every vector is its own orbit."""
+    if modulus is None or not len(weights):
+        every = np.arange(len(weights))
+        return every, every
+    _, first, orbit = np.unique(_residue_keys(_unit_canonical(weights, modulus), modulus), return_index=True,
+                                return_inverse=True)
+    return first, orbit.ravel()
+
+
+def _covering_each(spec: Spec, side: str, d: np.ndarray, weights: np.ndarray, deadline: float, tick) -> np.ndarray:
+    """:func:`_covering` testing every weight vector, a block at a time."""
     need = np.array(targets(spec, side), dtype=np.int64)
     if len(d) < len(need) or len(weights) == 0:
         return np.zeros(len(weights), dtype=bool)
@@ -109,8 +189,13 @@ def _covering(spec: Spec, side: str, d: np.ndarray, weights: np.ndarray) -> np.n
         raise ValueError("weights and limbs too large for the float32 covering check; lower the weight bound")
     d_float = d.astype(np.float32)
     out = np.zeros(len(weights), dtype=bool)
-    for start in range(0, len(weights), _CHUNK):
-        block = weights[start : start + _CHUNK]
+    step = _block_rows(max(len(d), width))
+    for start in range(0, len(weights), step):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"side {side}: time limit reached while checking which weight vectors cover")
+        if tick:
+            tick(lambda: f"side {side}: {start} of {len(weights)} weight vectors checked against {len(d)} limb vectors")
+        block = weights[start : start + step]
         x = (block.astype(np.float32) @ d_float.T).astype(np.int32)  # one row per weight vector
         if spec.modulus is not None:
             x %= spec.modulus
@@ -142,14 +227,17 @@ def side_candidates(spec: Spec, side: str, family: Family, progress=None,
         bound = min(bound, spec.modulus // 2)
     grid = _weight_grid(limbs, bound, unit_first=spec.modulus is not None and side == "a")
     digits = spec.digit_values
+    tick = every(progress)
     found: list[SideCandidate] = []
     level = []
-    for combo in itertools.combinations(range(len(rows)), limbs):
+    for n, combo in enumerate(itertools.combinations(range(len(rows)), limbs)):
         if time.monotonic() > deadline:
             raise TimeoutError(f"side {side}: time limit reached while enumerating covering row sets")
+        tick(lambda: f"side {side}: {n} of {math.comb(len(rows), limbs)} row sets of {limbs} rows checked, "
+                     f"{len(level)} cover")
         d = limb_vectors([rows[r] for r in combo], digits)
         if len(d):
-            mask = _covering(spec, side, d, grid)
+            mask = _covering(spec, side, d, grid, deadline, tick)
             if mask.any():
                 level.append(SideCandidate(combo, grid[mask]))
     while level:
@@ -159,13 +247,15 @@ def side_candidates(spec: Spec, side: str, family: Family, progress=None,
         if len(level[0].rows) >= family.products:
             break
         nxt = []
-        for cand in level:
+        for n, cand in enumerate(level):
             for r in range(cand.rows[-1] + 1, len(rows)):
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"side {side}: time limit reached while enumerating covering row sets")
+                tick(lambda: f"side {side}: {n} of {len(level)} covering row sets of {len(cand.rows)} rows extended, "
+                             f"{len(nxt)} cover with one more")
                 combo = cand.rows + (r,)
                 d = limb_vectors([rows[i] for i in combo], digits)
-                mask = _covering(spec, side, d, cand.weights)
+                mask = _covering(spec, side, d, cand.weights, deadline, tick)
                 if mask.any():
                     nxt.append(SideCandidate(combo, cand.weights[mask]))
         level = nxt
@@ -198,18 +288,22 @@ def choose_limbs(spec: Spec, side: str, weights, rows) -> dict[int, tuple[int, .
     return out
 
 
-def peaks(spec: Spec, side: str, rows, weights: np.ndarray) -> np.ndarray:
+def peaks(spec: Spec, side: str, rows, weights: np.ndarray, deadline: float = math.inf) -> np.ndarray:
     """Per weight vector: the largest |plane value| any input needs when each input takes
     its limb vector with the smallest largest plane value (what :func:`choose_limbs`
     picks).  The product of the two sides' peaks bounds every plane product, so it ranks
-    encodings by accumulation window."""
+    encodings by accumulation window.  ``TimeoutError`` once ``time.monotonic()`` passes
+    ``deadline``."""
     d = limb_vectors(rows, spec.digit_values)
     cost = np.abs(d @ np.array(rows, dtype=np.int64).T).max(axis=1)
     need = np.array(targets(spec, side), dtype=np.int64)
     lo, width = int(need[0]), int(need[-1] - need[0] + 1)
     out = np.zeros(len(weights), dtype=np.int64)
-    for start in range(0, len(weights), _CHUNK):
-        block = weights[start : start + _CHUNK]
+    step = _block_rows(max(len(d), width))
+    for start in range(0, len(weights), step):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"side {side}: time limit reached while ranking weight vectors by plane-value peaks")
+        block = weights[start : start + step]
         x = block @ d.T
         if spec.modulus is not None:
             x %= spec.modulus

@@ -59,6 +59,7 @@ rounding) and of the library's staged torch path (``ozaki.crt.garner`` +
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 from fractions import Fraction
 from functools import cache
@@ -73,8 +74,9 @@ from kernels.dispatch import launch
 from kernels.float64 import FLOAT64_EXACT, round_dyadic
 from kernels.moduli import check_modulus
 
-__all__ = ["DECODE_BLOCK", "DECODE_WARPS", "HALF_MODULUS_ERROR", "compile_kernel", "compile_ptx", "decode_residues",
-           "ldexp_factors", "new_flag", "raise_for_flag", "reference_decode"]
+__all__ = ["DBL_MAX", "DECODE_BLOCK", "DECODE_WARPS", "HALF_MODULUS_ERROR", "compile_kernel",
+           "compile_ptx", "decode_residues", "ldexp_factors", "new_flag", "raise_for_flag", "reference_decode",
+           "slack_exponent"]
 
 # Here, below both decoders (this kernel and ozaki.crt's staged path), so that they refuse
 # the class of M/2 for even M with one message.
@@ -82,6 +84,29 @@ HALF_MODULUS_ERROR = (
     "a CRT value is congruent to M/2 with M even: ±M/2 lie outside (−M/2, M/2), so the product "
     "reaches M/2 in magnitude and the moduli's capacity is too small for these products"
 )
+
+# Both decoders' saturation (see slack_exponent) sets a result that rounds past the largest
+# finite float64 to it; the kernel works on its bit pattern, and on that of +inf it replaces.
+DBL_MAX = sys.float_info.max
+_DBL_MAX_PATTERN = tl.constexpr(0x7FEFFFFFFFFFFFFF)
+_INF_PATTERN = tl.constexpr(0x7FF0000000000000)
+
+
+def slack_exponent(slack: int) -> int:
+    """The σ of both decoders' saturation for a ``slack`` S ≥ 0: the least with 2^σ ≥ S, or −1
+    for S = 0 (no saturation: every result correctly rounded, ±inf past the range).
+
+    ``slack`` bounds how far the decoded integer Y may lie from the exact product it stands
+    for, on Y's scale: |Y − Y_exact| ≤ S (``ozaki.scaling.rounding_slack``: what the rounding
+    of the rows to their bits moves it by).  A result whose Y·2^e rounds past ±DBL_MAX is
+    ±DBL_MAX, not ±inf, unless (|Y| − 2^σ)·2^e rounds past it too: then the exact product
+    certainly overflows, and only then is the result ±inf.  So a finite exact product always
+    gives a finite result, and it is within the caller's bound: DBL_MAX lies between it and
+    Y·2^e, or within half an ulp of it.  Both decoders use the power 2^σ, so their bits agree."""
+    if not isinstance(slack, int) or slack < 0:
+        raise ValueError(f"slack must be a non-negative int, got {slack!r}")
+    return (slack - 1).bit_length() if slack else -1
+
 
 # Entries per program and warps: every thread holds DECODE_BLOCK / (32 * DECODE_WARPS)
 # whole entries (all their limbs), see the module docstring.  Four per thread in programs of
@@ -296,6 +321,24 @@ def _round(words, exponent):
 
 
 @triton.jit
+def _within_slack(words, exponent, slack_bits):
+    # Whether |Y| - 2**slack_bits, from the uint64 words of |Y| (bottom first), is negative or
+    # rounds times 2**exponent to a finite float64: the exact product may then be finite
+    # (slack_exponent).  The launcher keeps slack_bits <= 64 * words - 2, above |Y| < M/2, so
+    # the difference's top bit is its sign.
+    ones = tl.full(words[0].shape, -1, tl.int64).to(tl.uint64, bitcast=True)
+    lowest = ones << (slack_bits & 63).to(tl.uint64)
+    index = slack_bits >> 6
+    minus = ()
+    for j in tl.static_range(len(words)):
+        # The words of -2**slack_bits in two's complement: zeros under its bit, ones from it up.
+        minus += (tl.where(index > j, tl.zeros_like(ones), tl.where(index == j, lowest, ones)),)
+    rest = _add(words, minus)
+    short = rest[len(words) - 1].to(tl.int64, bitcast=True) < 0
+    return short | (_round(rest, exponent).to(tl.int64, bitcast=True) != _INF_PATTERN)
+
+
+@triton.jit
 def _float_round(limbs, exponent, RADIX: tl.constexpr, INVERSE_RADIX: tl.constexpr, DIGIT_SCALES: tl.constexpr):
     # Y = sum_l limbs[l] * 2**(b * l), RADIX = 2**b (float64 integers; a certain block, Y0 = Y),
     # times 2**exponent rounded once in float64 arithmetic alone: the signed result's bits, and
@@ -350,12 +393,12 @@ def _float_round(limbs, exponent, RADIX: tl.constexpr, INVERSE_RADIX: tl.constex
 
 @triton.jit
 def _decode_kernel(
-    c_ptr, row_exp_ptr, col_exp_ptr, out_ptr, flag_ptr, rows, cols, stride_cn, stride_cr, stride_cc,
+    c_ptr, row_exp_ptr, col_exp_ptr, out_ptr, flag_ptr, rows, cols, stride_cn, stride_cr, stride_cc, slack_bits,
     MODULI: tl.constexpr, WEIGHTS: tl.constexpr, SCALES: tl.constexpr, MODULUS: tl.constexpr, HALF: tl.constexpr,
     NEGATIVE_HALF: tl.constexpr, MODULUS_WORDS: tl.constexpr, MODULUS_PLUS_ONE: tl.constexpr, ONE: tl.constexpr,
     LIMB: tl.constexpr, EVEN: tl.constexpr, SMALL_MODULI: tl.constexpr, FLOAT_ROUND: tl.constexpr,
     RADIX: tl.constexpr, INVERSE_RADIX: tl.constexpr, DIGIT_SCALES: tl.constexpr,
-    EXPONENT_CLAMP: tl.constexpr, BLOCK: tl.constexpr,
+    EXPONENT_CLAMP: tl.constexpr, SATURATE: tl.constexpr, BLOCK: tl.constexpr,
 ):
     # One program: BLOCK consecutive columns of one row (no per-entry division).  The tables
     # are constexprs: they become instruction operands, with no loads and no registers.
@@ -448,8 +491,8 @@ def _decode_kernel(
         code = tl.where(outside, 2, 0)
         signed = floated
     else:
-        code, signed = _exact_round(limbs, exponent, certain, outside, LIMB, HALF, NEGATIVE_HALF, MODULUS_WORDS,
-                                    MODULUS_PLUS_ONE, ONE, EVEN)
+        code, signed = _exact_round(limbs, exponent, certain, outside, slack_bits, LIMB, HALF, NEGATIVE_HALF,
+                                    MODULUS_WORDS, MODULUS_PLUS_ONE, ONE, EVEN, SATURATE)
     # The block's worst code, then one atomic where it is not 0: an atomic over the block's
     # entries would move them into a layout of one per thread first (through shared memory).
     worst = tl.max(tl.where(mask, code, 0), axis=0)
@@ -467,9 +510,9 @@ def _decode_kernel(
 
 
 @triton.jit
-def _exact_round(limbs, exponent, certain, outside, LIMB: tl.constexpr, HALF: tl.constexpr,
+def _exact_round(limbs, exponent, certain, outside, slack_bits, LIMB: tl.constexpr, HALF: tl.constexpr,
                  NEGATIVE_HALF: tl.constexpr, MODULUS_WORDS: tl.constexpr, MODULUS_PLUS_ONE: tl.constexpr,
-                 ONE: tl.constexpr, EVEN: tl.constexpr):
+                 ONE: tl.constexpr, EVEN: tl.constexpr, SATURATE: tl.constexpr):
     # Steps 2–3 in words: Y0 as words of two's complement (_words), its sign the top word's;
     # the flag's code (2: a residue out of range, 1: Y0 = +-M/2 with M even, no representative
     # in (-M/2, M/2)) and the signed result's bits.
@@ -505,12 +548,19 @@ def _exact_round(limbs, exponent, certain, outside, LIMB: tl.constexpr, HALF: tl
     magnitude_words = _add(flipped, addend)
 
     # 3. One rounding.
-    magnitude = _round(magnitude_words, exponent)
+    magnitude = _round(magnitude_words, exponent).to(tl.int64, bitcast=True)
+    if SATURATE:
+        # Past the range, DBL_MAX where the exact product may be finite (slack_exponent).  An
+        # overflow never takes the float rounding (its results are finite), so only here.
+        overflow = magnitude == _INF_PATTERN
+        if tl.max(overflow.to(tl.int32), axis=0) == 1:
+            within = _within_slack(magnitude_words, exponent, slack_bits)
+            magnitude = tl.where(overflow & within, _DBL_MAX_PATTERN, magnitude)
     # The sign goes in as a bit.  On the H200 the float select of -magnitude returned +0.0
     # for a negative Y that underflows to zero (tests/test_kernels_crt.py, subnormal
     # exponents; the interpreter keeps -0.0): an integer OR leaves no float rule about
     # signed zeros for the compiler to relax.
-    return code, magnitude.to(tl.int64, bitcast=True) | (negative.to(tl.int64) << 63)
+    return code, magnitude | (negative.to(tl.int64) << 63)
 
 
 class _Layout(NamedTuple):
@@ -659,7 +709,7 @@ def _limb_count(product: int, limb_bits: int) -> int:
     return max(1, -(-product.bit_length() // limb_bits))
 
 
-def _constexprs(moduli: tuple[int, ...], block: int) -> dict[str, object]:
+def _constexprs(moduli: tuple[int, ...], block: int, saturate: bool = False) -> dict[str, object]:
     layout = _constants(moduli)
     return dict(MODULI=moduli, WEIGHTS=layout.weights, SCALES=layout.scales, MODULUS=layout.modulus,
                 HALF=layout.half, NEGATIVE_HALF=layout.negative_half, MODULUS_WORDS=layout.modulus_words,
@@ -668,13 +718,13 @@ def _constexprs(moduli: tuple[int, ...], block: int) -> dict[str, object]:
                 RADIX=2.0**layout.limb_bits, INVERSE_RADIX=2.0**-layout.limb_bits,
                 DIGIT_SCALES=tuple(2.0 ** (layout.limb_bits * l) for l in range(len(layout.modulus)))
                 if layout.float_round else (),
-                EXPONENT_CLAMP=_EXPONENT_CLAMP, BLOCK=block)
+                EXPONENT_CLAMP=_EXPONENT_CLAMP, SATURATE=saturate, BLOCK=block)
 
 
 def decode_residues(c: torch.Tensor, moduli: Sequence[int], row_exponent: torch.Tensor,
                     col_exponent: torch.Tensor, *, block: int = DECODE_BLOCK,
                     num_warps: int = DECODE_WARPS, out: torch.Tensor | None = None,
-                    flag: torch.Tensor | None = None) -> torch.Tensor:
+                    flag: torch.Tensor | None = None, slack: int = 0) -> torch.Tensor:
     """float64 ``[R, C]``: the signed integer Y with ``Y ≡ c[i] (mod moduli[i])`` and
     ``-M/2 < Y < M/2`` (M = prod(moduli)), times ``2**(row_exponent[r] + col_exponent[c])``,
     rounded once to nearest even.  ``c`` is an integer tensor (uint8, int16, int32 or int64,
@@ -691,7 +741,11 @@ def decode_residues(c: torch.Tensor, moduli: Sequence[int], row_exponent: torch.
     The checks read the device after the launch.  ``flag``: a zeroed int32 ``[1]`` tensor on
     c's device (:func:`new_flag`) that collects them instead, over several decodes (the row
     blocks of one product), for the caller to pass to :func:`raise_for_flag` once after the
-    last, so that the launches queue without waiting for the device."""
+    last, so that the launches queue without waiting for the device.
+
+    ``slack``: a bound on |Y − Y_exact| for the exact product Y stands for (0: Y is exact): a
+    result that rounds past ±DBL_MAX saturates there unless the exact product certainly
+    overflows (:func:`slack_exponent`)."""
     if not isinstance(c, torch.Tensor) or c.dtype not in _RESIDUE_DTYPES:
         raise TypeError(f"c must be a uint8, int16, int32 or int64 tensor, got "
                         f"{getattr(c, 'dtype', type(c).__name__)}")
@@ -707,7 +761,10 @@ def decode_residues(c: torch.Tensor, moduli: Sequence[int], row_exponent: torch.
         if exp.device != c.device:
             raise ValueError(f"{name} is on {exp.device}, c on {c.device}: pass both on one device")
     _check_launch(block, num_warps)
-    constexprs = _constexprs(moduli, block)
+    sigma = slack_exponent(slack)
+    constexprs = _constexprs(moduli, block, saturate=sigma >= 0)
+    # 2**(64 * words - 2) is above every |Y| already (_within_slack): a larger slack saturates alike.
+    slack_bits = min(sigma, 64 * len(constexprs["HALF"]) - 2)
     device = c.device
     if out is None:
         out = torch.empty((rows, cols), dtype=torch.float64, device=device)
@@ -724,7 +781,7 @@ def decode_residues(c: torch.Tensor, moduli: Sequence[int], row_exponent: torch.
     flag = flag if collected else new_flag(device)
     launch(_decode_kernel, grid,
         c, row_exponent.contiguous(), col_exponent.contiguous(), out, flag,
-        rows, cols, c.stride(0), c.stride(1), c.stride(2), **constexprs, num_warps=num_warps, **ptx.LAUNCH_OPTIONS,
+        rows, cols, c.stride(0), c.stride(1), c.stride(2), slack_bits, **constexprs, num_warps=num_warps, **ptx.LAUNCH_OPTIONS,
     )
     if not collected:
         raise_for_flag(flag)
@@ -747,17 +804,30 @@ def raise_for_flag(flag: torch.Tensor) -> None:
 
 
 def reference_decode(c: torch.Tensor, moduli: Sequence[int], row_exponent: torch.Tensor,
-                     col_exponent: torch.Tensor) -> torch.Tensor:
+                     col_exponent: torch.Tensor, slack: int = 0) -> torch.Tensor:
     """What :func:`decode_residues` computes, in exact Python integers (small shapes): per
     entry, the CRT integer Y in (-M/2, M/2) of the residues, raising
     ``ValueError(HALF_MODULUS_ERROR)`` for the class of M/2 (even M), then
-    ``Y * 2**(row_exponent[r] + col_exponent[c])`` rounded once to nearest even."""
+    ``Y * 2**(row_exponent[r] + col_exponent[c])`` rounded once to nearest even, saturated
+    at ±DBL_MAX as ``slack`` allows (:func:`slack_exponent`)."""
     moduli = tuple(moduli)
+    sigma = slack_exponent(slack)
     residues = c.detach().cpu().to(torch.int64).tolist()
-    out = [[round_dyadic(_signed_crt([plane[r][j] for plane in residues], moduli), row + col)
+    out = [[_saturated(_signed_crt([plane[r][j] for plane in residues], moduli), row + col, sigma)
             for j, col in enumerate(col_exponent.tolist())]
            for r, row in enumerate(row_exponent.tolist())]
     return torch.tensor(out, dtype=torch.float64).reshape(c.shape[1:]).to(c.device)
+
+
+def _saturated(y: int, exponent: int, sigma: int) -> float:
+    """y·2^exponent rounded, ±DBL_MAX in place of ±inf where (|y| − 2^σ)·2^exponent is below
+    the overflow threshold or negative (σ ≥ 0; :func:`slack_exponent`)."""
+    rounded = round_dyadic(y, exponent)
+    if sigma >= 0 and math.isinf(rounded):
+        rest = abs(y) - (1 << sigma)
+        if rest < 0 or not math.isinf(round_dyadic(rest, exponent)):
+            return math.copysign(DBL_MAX, y)
+    return rounded
 
 
 def _signed_crt(residues: list[int], moduli: tuple[int, ...]) -> int:

@@ -1,10 +1,14 @@
 """ozaki: FP64 matrix products from low-precision tensor cores (Ozaki scheme II).
 
     >>> import numpy as np, ozaki
-    >>> c = ozaki.matmul(np.eye(3), np.arange(9.0).reshape(3, 3))
+    >>> ozaki.matmul(np.eye(2), np.arange(4.0).reshape(2, 2)).tolist()
+    [[0.0, 1.0], [2.0, 3.0]]
 
-See :func:`matmul` for the accuracy contract and :func:`emulate` to route existing torch
-float64 code through the emulation.
+See :func:`matmul` for the accuracy contract, :func:`explain` for how a call would run,
+:func:`emulate` to route existing torch float64 code through the emulation, and
+:func:`load_encoding`, :func:`load_plan` (:class:`Encoding`, :class:`Plan`) for the catalog's
+files.  Every public function documents its parameters and errors, with examples that run as
+the test suite's doctests.
 """
 
 from importlib import import_module

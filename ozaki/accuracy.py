@@ -104,7 +104,7 @@ def _tops(extents: Extents) -> torch.Tensor:
 def _binades_below(x: torch.Tensor, top: torch.Tensor) -> torch.Tensor:
     """d = top − e per entry of x (R, K), |x| in [2^(e−1), 2^e); _ZERO for zeros."""
     e = torch.frexp(x)[1].to(torch.int64)
-    return torch.where(x != 0, top[:, None] - e, _ZERO)
+    return torch.where(x != 0, top[..., None] - e, _ZERO)
 
 
 def _upper_sums(x: torch.Tensor, top: torch.Tensor, levels: int) -> torch.Tensor:
@@ -132,7 +132,7 @@ def lower_abs_product_codes(x: torch.Tensor, window_top: torch.Tensor) -> torch.
     |x| ≥ 2^(r − D)·c, as the floor only lowers and an entry clamped to 127 is at least
     2^r > 127·2^(r − D).  (The scaling by a power of two is exact, or underflows, which
     only lowers it too.)"""
-    scaled = ldexp(x.abs(), (CODE_LEVELS - window_top)[:, None])
+    scaled = ldexp(x.abs(), (CODE_LEVELS - window_top)[..., None])
     return scaled.clamp_(max=CODE_MAX).floor_().to(torch.int8)
 
 
@@ -148,7 +148,7 @@ def _gemm_shape(m: int, k: int, n: int, device: torch.device) -> tuple[int, int,
 
 
 def _padded(codes: torch.Tensor, rows: int, k: int) -> torch.Tensor:
-    return torch.nn.functional.pad(codes, (0, k - codes.shape[1], 0, rows - codes.shape[0]))
+    return torch.nn.functional.pad(codes, (0, k - codes.shape[-1], 0, rows - codes.shape[-2]))
 
 
 def _code_product(codes_a: torch.Tensor, codes_bt: torch.Tensor, m: int, n: int, k: int,
@@ -158,16 +158,16 @@ def _code_product(codes_a: torch.Tensor, codes_bt: torch.Tensor, m: int, n: int,
     device's G over it): up to one int32-exact chunk, G is the int32 result of one GEMM, exact
     for the sum over every device too; beyond, int64 sums of chunks."""
     dtype = torch.int32 if k <= _INT_MM_CHUNK else torch.int64
-    if m == 0 or n == 0 or codes_a.shape[1] == 0:
+    if m == 0 or n == 0 or codes_a.shape[-1] == 0:
         # A device of a mesh holding no line of a side (or no K): no GEMM to launch.
-        return torch.zeros((m, n), dtype=dtype, device=codes_a.device)
+        return torch.zeros((*codes_a.shape[:-2], m, n), dtype=dtype, device=codes_a.device)
     if dtype == torch.int32:
-        return _int8_sums(codes_a, codes_bt, kernels)[:m, :n]
-    total = torch.zeros((codes_a.shape[0], codes_bt.shape[0]), dtype=torch.int64, device=codes_a.device)
-    for start in range(0, codes_a.shape[1], _INT_MM_CHUNK):
+        return _int8_sums(codes_a, codes_bt, kernels)[..., :m, :n]
+    total = torch.zeros((*codes_a.shape[:-1], codes_bt.shape[-2]), dtype=torch.int64, device=codes_a.device)
+    for start in range(0, codes_a.shape[-1], _INT_MM_CHUNK):
         chunk = slice(start, start + _INT_MM_CHUNK)
-        total += _int8_sums(codes_a[:, chunk], codes_bt[:, chunk], kernels)
-    return total[:m, :n]
+        total += _int8_sums(codes_a[..., chunk], codes_bt[..., chunk], kernels)
+    return total[..., :m, :n]
 
 
 def _int8_sums(a: torch.Tensor, bt: torch.Tensor, kernels: bool) -> torch.Tensor:
@@ -175,6 +175,9 @@ def _int8_sums(a: torch.Tensor, bt: torch.Tensor, kernels: bool) -> torch.Tensor
     GEMM of ``kernels.products``, tuned on the device, which outruns ``torch._int_mm`` on Hopper
     (benchmarks/RESULTS.md, "2026-12-02 08:51 UTC, one H200: faster than DGEMM at n = 16384", against
     "2026-12-02 07:48 UTC, one H200: the "fp64" rule's reads on Triton"), else ``torch._int_mm``."""
+    if not kernels and a.dim() > 2:
+        # A batch of products in one float64 GEMM: every sum, below 2^31, is exact there.
+        return torch.matmul(a.to(torch.float64), bt.mT.to(torch.float64)).to(torch.int32)
     if not kernels:
         return torch._int_mm(a, bt.T)
     config = tuned_plane_config("int8", a.shape[0], bt.shape[0], a.shape[1], 1, CODE_MAX**2, a.device,
@@ -189,13 +192,15 @@ def _least_quotients(g: torch.Tensor, sums: torch.Tensor, offset: torch.Tensor, 
     quotient is G times the line's factor ldexp(fl(1/U), offset), exact for the offsets the
     window tops make (r − top in [−48, 0]): one multiplication per entry where a division
     cost the kernel several times that (kernels.accuracy)."""
-    shape = (1, -1) if dim == 1 else (-1, 1)
-    factor = ldexp(1.0 / sums.to(torch.float64), offset)
-    quotient = g.to(torch.float64) * factor.view(shape)
-    quotient = torch.where(sums.view(shape) > 0, quotient, torch.inf)
-    if quotient.shape[dim] == 0:
-        return quotient.new_full((quotient.shape[1 - dim],), torch.inf)
-    return quotient.amin(dim=dim)
+    # The axes of G (…, M, N), a batch of products before them: the minimum's, and the one the
+    # other side's lines run along.
+    axis, lines = (-1, -2) if dim == 1 else (-2, -1)
+    factor = ldexp(1.0 / sums.to(torch.float64), offset).unsqueeze(lines)
+    quotient = g.to(torch.float64) * factor
+    quotient = torch.where(sums.unsqueeze(lines) > 0, quotient, torch.inf)
+    if quotient.shape[axis] == 0:
+        return quotient.new_full(quotient.shape[:axis] + quotient.shape[axis:][1:], torch.inf)
+    return quotient.amin(dim=axis)
 
 
 def _levels(base: torch.Tensor, least: torch.Tensor) -> torch.Tensor:
@@ -211,7 +216,7 @@ def _levels(base: torch.Tensor, least: torch.Tensor) -> torch.Tensor:
 def upper_abs_product_codes(x: torch.Tensor, top: torch.Tensor) -> torch.Tensor:
     """Per entry of x (R, K), the int64 code c = ⌈|x|·2^(D_U − top)⌉ ≤ 2^D_U (at least 1 for a
     non-zero entry, also where the scaling underflows): |x| ≤ 2^(top − D_U)·c."""
-    scaled = ldexp(x.abs(), (UPPER_LEVELS - top)[:, None]).ceil_()
+    scaled = ldexp(x.abs(), (UPPER_LEVELS - top)[..., None]).ceil_()
     return torch.where(x != 0, scaled.clamp_(min=1), 0).to(torch.int64)
 
 

@@ -190,8 +190,37 @@ def _verified(loaded: _Catalog) -> tuple[dict[str, Encoding], dict[str, Plan]]:
 
 
 def load_plan(path: str | os.PathLike, encodings: Mapping[str, Encoding] | None = None) -> Plan:
-    """Reads and re-verifies one ``ozaki-plan/1`` file (a plan outside the catalog, or one
-    of its files) against ``encodings`` (name -> Encoding; ``None``: the installed catalog's)."""
+    """Reads and re-verifies one ``ozaki-plan/1`` file: a plan outside the catalog, or one of
+    its files.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The JSON file.
+    encodings : Mapping of str to Encoding, optional
+        The encodings the plan's moduli may name, by name; None (the default): the installed
+        catalog's.
+
+    Returns
+    -------
+    Plan
+        The plan, its capacity and its encodings checked.
+
+    Raises
+    ------
+    ValueError
+        The file cannot be read, is not valid JSON, is not an ``ozaki-plan/1``, fails the
+        verification (see :class:`ozaki.Plan`), or names an encoding that ``encodings`` lacks
+        or whose modulus differs; the message names the file.
+
+    Examples
+    --------
+    >>> import ozaki
+    >>> from ozaki.catalog import catalog_dir, encoding
+    >>> plan = ozaki.load_plan(catalog_dir() / "plan" / "b16-fp4-k16384.json")
+    >>> plan.name, {encoding(name).digits for _, name in plan.moduli}
+    ('b16-fp4-k16384', {'fp4'})
+    """
     return formats.load_plan(path, encodings if encodings is not None else _load(catalog_dir()))
 
 

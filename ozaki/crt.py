@@ -20,7 +20,9 @@ digit vectors from the top, no estimate and no margin.
 
 Y is expanded into 21-bit limbs and rounded once, to nearest with ties to even, as
 Y · 2^exponent (exponent = −s_i − t_j undoes the scaling): subnormal results and overflow to
-±inf included.  The bits depend only on the exact integer, never on the moduli.
+±inf included, or to ±DBL_MAX where the caller's slack says that the exact product Y stands
+for may be finite (``kernels.crt.slack_exponent``).  The bits depend only on the exact
+integer, never on the moduli.
 
 All of it is exact integer arithmetic carried in float64 (sums below 2^53, reductions by
 :func:`ozaki._bits.floor_mod`) or int64, done in cache-sized blocks of columns.
@@ -35,7 +37,7 @@ from typing import NamedTuple, Sequence
 import numpy as np
 import torch
 
-from kernels.crt import HALF_MODULUS_ERROR
+from kernels.crt import DBL_MAX, HALF_MODULUS_ERROR, slack_exponent
 from kernels.float64 import FLOAT64_EXACT
 from kernels.moduli import check_modulus
 
@@ -267,14 +269,20 @@ def _low_bits(x: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
     return x & ((torch.ones_like(x) << count) - 1)
 
 
-def round_to_float64(mixed_radix: torch.Tensor, moduli: Sequence[int], exponent: torch.Tensor) -> torch.Tensor:
+def round_to_float64(mixed_radix: torch.Tensor, moduli: Sequence[int], exponent: torch.Tensor,
+                     slack: int = 0) -> torch.Tensor:
     """Y · 2^exponent rounded to float64 (nearest, ties to even), Y the signed CRT integer.
 
     Only the top four limbs (84 bits) can hold the 53 kept bits and the rounding bit; every
     lower limb only matters through the sticky bit.  An exact zero gives +0.0.  Y is the
     representative in (−M/2, M/2), as in :func:`signed_limbs` (which raises for the class of
     M/2 when M is even).  Runs block by block; each result depends on its own digits alone.
+
+    ``slack``: a bound on |Y − Y_exact| for the exact product Y stands for (0: Y is exact); a
+    result that rounds past ±DBL_MAX saturates there unless the exact product certainly
+    overflows (``kernels.crt.slack_exponent``, whose bits ``decode_residues`` shares).
     """
+    sigma = slack_exponent(slack)
     limbs = _limb_tensors(moduli, mixed_radix.device)
     shape = mixed_radix.shape[1:]
     flat = mixed_radix.reshape(mixed_radix.shape[0], -1)
@@ -284,11 +292,11 @@ def round_to_float64(mixed_radix: torch.Tensor, moduli: Sequence[int], exponent:
     zeros = torch.zeros((_WINDOW - 1, parts[0].stop if parts else 0), dtype=torch.int64, device=mixed_radix.device)
     for block in parts:
         magnitude, negative = _signed_limbs(flat[:, block], limbs, zeros)
-        out[block] = _round_window(magnitude, negative, exponent[block])
+        out[block] = _round_window(magnitude, negative, exponent[block], sigma)
     return out.reshape(shape)
 
 
-def _round_window(padded: torch.Tensor, negative: torch.Tensor, exponent: torch.Tensor) -> torch.Tensor:
+def _round_window(padded: torch.Tensor, negative: torch.Tensor, exponent: torch.Tensor, sigma: int) -> torch.Tensor:
     """±|Y|·2^exponent rounded, from the limbs of |Y| under three zero rows (shape (3 + L, B)).
 
     The window W = Σ_{j<4} l_{top−3+j}·2^(21j) holds the top limb and the three under it
@@ -299,7 +307,8 @@ def _round_window(padded: torch.Tensor, negative: torch.Tensor, exponent: torch.
     only e > 0 moves, up to s + ulp(s).
     Scaling s by 2^(21(top−3) + exponent) is exact or overflows correctly for normal results;
     results under 2^-1021 in magnitude are redone bit by bit (:func:`_round_limbs`), as
-    rounding to the subnormal grid after rounding to 53 bits could round twice.
+    rounding to the subnormal grid after rounding to 53 bits could round twice.  Results past
+    the range saturate at ±DBL_MAX as σ ≥ 0 allows (:func:`_within_slack`).
     """
     limbs = padded[_WINDOW - 1 :]
     count = limbs.shape[0]
@@ -320,7 +329,31 @@ def _round_window(padded: torch.Tensor, negative: torch.Tensor, exponent: torch.
     if bool(tiny.any()):
         (index,) = tiny.nonzero(as_tuple=True)
         result[index] = _round_limbs(limbs[:, index], negative[index], exponent[index])
+    if sigma >= 0:
+        huge = magnitude.isinf()
+        if bool(huge.any()):
+            (index,) = huge.nonzero(as_tuple=True)
+            within = _within_slack(limbs[:, index], exponent[index], sigma)
+            past = result[index]  # ±inf
+            result[index] = torch.where(within, torch.full_like(past, DBL_MAX).copysign_(past), past)
     return result
+
+
+def _within_slack(limbs: torch.Tensor, exponent: torch.Tensor, sigma: int) -> torch.Tensor:
+    """Whether |Y| − 2^σ, from the limbs of |Y| (shape (L, B)), is negative or rounds times
+    2^exponent to a finite float64: the exact product may then be finite."""
+    position, bit = divmod(sigma, LIMB_BITS)
+    if position >= limbs.shape[0]:  # 2^σ ≥ 2^(21·L), above every |Y|
+        return torch.ones(limbs.shape[1], dtype=torch.bool, device=limbs.device)
+    rest = limbs.clone()
+    rest[position] -= 1 << bit
+    for c in range(position, rest.shape[0] - 1):
+        rest[c + 1].add_(rest[c] >> LIMB_BITS)  # arithmetic shift: a negative limb borrows
+        rest[c].bitwise_and_(_LIMB_MASK)
+    short = rest[-1] < 0
+    rest[:, short] = 0  # rounded as zero, below: finite either way
+    positive = torch.zeros_like(short)
+    return short | _round_limbs(rest, positive, exponent).isfinite()
 
 
 def _round_limbs(limbs: torch.Tensor, negative: torch.Tensor, exponent: torch.Tensor) -> torch.Tensor:

@@ -82,7 +82,7 @@ from . import pipeline, reading
 from .agreement import ONE_DEVICE, Agreement
 from .capacity import crt_capacity
 from .crt import garner, round_to_float64
-from .frontend import check_options, nonfinite_terms, overlay_nonfinite
+from .operands import check_options, nonfinite_terms, overlay_nonfinite
 from .planning import Moduli, ProductPlan
 from .products import residue_products
 from .residues import reference_moduli, residues
@@ -443,10 +443,10 @@ def _k_split_product(call: pipeline.Call, a: torch.Tensor, b: torch.Tensor, layo
     if fused:
         if layout.world > 1:
             total = torch.remainder(total, torch.tensor(moduli.moduli, dtype=wire, device=total.device)[:, None, None])
-        out = crt_kernels.decode_residues(total, moduli.moduli, -shift_a[rows], -shift_b[columns])
+        out = crt_kernels.decode_residues(total, moduli.moduli, -shift_a[rows], -shift_b[columns], slack=plan.slack[0])
     else:
         exponent = -(shift_a[rows, None] + shift_b[None, columns])
-        out = round_to_float64(garner(total.to(torch.int64), moduli.moduli), moduli.moduli, exponent)
+        out = round_to_float64(garner(total.to(torch.int64), moduli.moduli), moduli.moduli, exponent, plan.slack[0])
     if not plan.nonfinite:
         return out
     terms = _reduced(nonfinite_terms(a, b).to(torch.uint8), "max", "non-finite terms", layout)

@@ -1,20 +1,21 @@
 """Run existing torch code's float64 matrix products through ``ozaki.matmul``.
 
 ``with ozaki.emulate():`` (or ``@ozaki.emulate()`` on a function) routes ``torch.matmul`` (and
-``torch.linalg.matmul``), ``torch.mm``, ``torch.bmm``, ``torch.addmm``, the ``@`` operator, the ``Tensor``
-methods of the same names and ``torch.nn.functional.linear`` (hence ``nn.Linear``) through the emulation
-whenever every operand is a dense float64 tensor.  Every other call reaches torch untouched, products included:
-``mv``, ``dot``, ``baddbmm``, ``einsum``, ``tensordot`` and sparse operands run natively.
+``torch.linalg.matmul``), ``torch.mm``, ``torch.bmm``, ``torch.addmm``, ``torch.baddbmm``, the ``@``
+operator, the ``Tensor`` methods of the same names and ``torch.nn.functional.linear`` (hence ``nn.Linear``)
+through the emulation whenever every operand is a dense float64 tensor; a batch of products is one call of the
+emulation.  Every other call reaches torch untouched, products included: ``mv``, ``dot``, ``einsum``,
+``tensordot`` and sparse operands run natively.
 
 The routing is a ``TorchFunctionMode``: torch keeps the mode stack per thread and pops it on exit, so the
 scope is exact, nests (the innermost scope sees a call first), and never reaches other threads.  Nothing in
-torch is patched.  Products carry a ``torch.autograd.Function`` whose backward products are emulated too.
+torch is patched.  Products are calls of the torch operator ``ozaki::matmul`` (:mod:`ozaki.operator`): their
+backward products are emulated too, and ``torch.func`` transforms and ``torch.compile`` see one product.
 """
 
 from __future__ import annotations
 
 import contextlib
-import sys
 import threading
 from dataclasses import dataclass
 from inspect import Signature, signature
@@ -23,14 +24,13 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-import ozaki
-
-from .frontend import check_options
+from . import operator
+from .operands import check_options
 
 __all__ = ["emulate"]
 
-# Depth of routed work on this thread.  While positive, every torch call passes straight through: the pipeline's
-# own torch calls and the shape check below must reach torch itself, not an enclosing emulate scope (an outer
+# Depth of routed work on this thread.  While positive, every torch call passes straight through: the shape
+# check below and the calls around a product must reach torch itself, not an enclosing emulate scope (an outer
 # scope stays on the mode stack while an inner one handles a call).
 _busy = threading.local()
 
@@ -49,79 +49,6 @@ def _check_options(accuracy, engine) -> tuple:
     # line rather than at the first product somewhere deep inside the wrapped code.
     check_options(accuracy, engine)
     return accuracy, engine
-
-
-def _ozaki_matmul(a: torch.Tensor, b: torch.Tensor, options: tuple) -> torch.Tensor:
-    accuracy, engine = options
-    with _routing():
-        if _is_dtensor(a) or _is_dtensor(b):
-            # Imported on the first DTensor: torch.distributed.tensor costs import time, and some
-            # torch builds lack torch.distributed.
-            from . import distributed
-
-            return distributed.matmul(a, b, accuracy=accuracy, engine=engine)
-        return ozaki.matmul(a, b, accuracy=accuracy, engine=engine)
-
-
-def _is_dtensor(x) -> bool:
-    # No DTensor exists before torch.distributed.tensor is imported, so its absence answers without importing it.
-    module = sys.modules.get("torch.distributed.tensor")
-    return module is not None and isinstance(x, module.DTensor)
-
-
-class _Product(torch.autograd.Function):
-    """``a @ b`` for operands of at least two dimensions with broadcast batch dimensions."""
-
-    @staticmethod
-    def forward(ctx, a, b, options):
-        ctx.save_for_backward(a, b)
-        ctx.options = options
-        # Detached: the pipeline may leave torch (numpy, integer kernels), which refuses tensors needing grad.
-        return _ozaki_matmul(a.detach(), b.detach(), options)
-
-    @staticmethod
-    def backward(ctx, grad):
-        a, b = ctx.saved_tensors
-        grad_a = grad_b = None
-        # The gradients are products built from _Product itself, so a double backward is emulated as well.
-        if ctx.needs_input_grad[0]:
-            grad_a = _operand_grad(grad, b.mT, a.shape, ctx.options)
-        if ctx.needs_input_grad[1]:
-            grad_b = _operand_grad(grad.mT, a, b.mT.shape, ctx.options).mT
-        return grad_a, grad_b, None
-
-
-def _operand_grad(grad: torch.Tensor, rhs: torch.Tensor, shape: torch.Size, options: tuple) -> torch.Tensor:
-    """Sum over the broadcast batch dimensions of ``grad @ rhs``, reduced to the operand's ``shape``.
-
-    The summed batch dimensions are folded into the contraction, so the reduction happens inside one emulated
-    product (integer-exact, rounded once at the end) instead of adding separately rounded products in float64;
-    torch's own matmul backward folds a 2-D operand against a batched one the same way.
-    """
-    *batch, p, q = grad.shape
-    r = rhs.shape[-1]
-    missing = len(batch) - (len(shape) - 2)
-    summed = [i for i in range(len(batch)) if i < missing or (shape[i - missing] == 1 and batch[i] != 1)]
-    if not summed:
-        return _Product.apply(grad, rhs, options).reshape(shape)
-    kept = [i for i in range(len(batch)) if i not in summed]
-    kept_sizes = [batch[i] for i in kept]
-    depth = q
-    for i in summed:
-        depth *= batch[i]
-    lhs = grad.permute(*kept, len(batch), *summed, len(batch) + 1).reshape(*kept_sizes, p, depth)
-    rhs = rhs.expand(*batch, q, r).permute(*kept, *summed, len(batch), len(batch) + 1)
-    return _Product.apply(lhs, rhs.reshape(*kept_sizes, depth, r), options).reshape(shape)
-
-
-def _matmul(a: torch.Tensor, b: torch.Tensor, options: tuple) -> torch.Tensor:
-    """torch.matmul's treatment of 1-D operands, as differentiable views around the batched product."""
-    out = _Product.apply(a.unsqueeze(0) if a.dim() == 1 else a, b.unsqueeze(-1) if b.dim() == 1 else b, options)
-    if b.dim() == 1:
-        out = out.squeeze(-1)
-    if a.dim() == 1:
-        out = out.squeeze(-1 if b.dim() == 1 else -2)
-    return out
 
 
 @dataclass(frozen=True)
@@ -154,6 +81,12 @@ _ROUTES = {
         signature(lambda input, mat1, mat2, *, beta=1, alpha=1, out=None: None), "mat1", "mat2", "input"
     ),
     torch.Tensor.addmm: _Route(signature(lambda self, mat1, mat2, *, beta=1, alpha=1: None), "mat1", "mat2", "self"),
+    torch.baddbmm: _Route(
+        signature(lambda input, batch1, batch2, *, beta=1, alpha=1, out=None: None), "batch1", "batch2", "input"
+    ),
+    torch.Tensor.baddbmm: _Route(
+        signature(lambda self, batch1, batch2, *, beta=1, alpha=1: None), "batch1", "batch2", "self"
+    ),
     F.linear: _Route(signature(lambda input, weight, bias=None: None), "input", "weight", "bias", transpose_right=True),
 }
 
@@ -235,7 +168,8 @@ def _route(func, route: _Route, args: tuple, kwargs: dict, options: tuple):
         shape = func(*[_as_meta(x) for x in args], **{k: _as_meta(v) for k, v in kwargs.items()}).shape
 
     def product():
-        return _matmul(left, right.t() if route.transpose_right else right, options)
+        accuracy, engine = options
+        return operator.matmul(left, right.t() if route.transpose_right else right, accuracy=accuracy, engine=engine)
 
     if route.transpose_right:
         # linear: torch adds the bias to the product (addmm with beta = alpha = 1 gives the same bits).
@@ -252,10 +186,44 @@ def _route(func, route: _Route, args: tuple, kwargs: dict, options: tuple):
     return out.copy_(result)
 
 
-class _EmulateMode(TorchFunctionMode):
-    def __init__(self, options: tuple):
+class emulate(TorchFunctionMode, contextlib.ContextDecorator):
+    """Context manager and decorator: torch float64 products inside run through ``ozaki.matmul``.
+
+    The routing ends when the scope ends, exception or not; scopes nest, the innermost settings winning;
+    other threads are unaffected.  One instance may be entered again while active (recursion, several
+    threads): each entry pushes it again on the mode stack of its thread.  ``torch.compile`` traces the
+    routing, a scope opened inside the compiled function or around the call alike: the products are single
+    calls of the operator ``ozaki::matmul`` in the graph.
+
+    Parameters
+    ----------
+    accuracy : {"fp64", "exact"} or int, default "fp64"
+        Passed to every emulated product, as :func:`ozaki.matmul` takes it.
+    engine : {"auto", "reference", "int8", "fp8", "fp4"}, default "auto"
+        Likewise.
+
+    Raises
+    ------
+    ValueError
+        For an accuracy or engine :func:`ozaki.matmul` refuses, at construction.
+
+    Examples
+    --------
+    >>> import torch, ozaki
+    >>> x = torch.tensor([[1.0, 2.0]], dtype=torch.float64)
+    >>> w = torch.tensor([[3.0], [4.0]], dtype=torch.float64, requires_grad=True)
+    >>> with ozaki.emulate(accuracy="exact"):
+    ...     y = x @ w
+    >>> y.sum().backward()
+    >>> y.tolist(), w.grad.tolist()
+    ([[11.0]], [[1.0], [2.0]])
+    """
+
+    def __init__(self, accuracy="fp64", engine="auto"):
         super().__init__()
-        self._options = options
+        # Itself the mode (no state beyond the options): entering it is TorchFunctionMode's push, which
+        # torch.compile knows how to trace.
+        self.accuracy, self.engine = _check_options(accuracy, engine)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -263,30 +231,7 @@ class _EmulateMode(TorchFunctionMode):
         if route is None or getattr(_busy, "depth", 0):
             return func(*args, **kwargs)
         with _routing():
-            return _route(func, route, args, kwargs, self._options)
-
-
-class emulate(contextlib.ContextDecorator):
-    """Context manager and decorator: torch float64 products inside run through ``ozaki.matmul``.
-
-    ``accuracy`` and ``engine`` are passed to every emulated product.  The routing ends when the scope ends,
-    exception or not; scopes nest, the innermost settings winning; other threads are unaffected.  One
-    instance may be entered again while active (recursion, several threads): each entry pushes its own mode.
-    """
-
-    def __init__(self, accuracy="fp64", engine="auto"):
-        self.accuracy, self.engine = _check_options(accuracy, engine)
-        self._entered = threading.local()
-
-    def __enter__(self):
-        mode = _EmulateMode((self.accuracy, self.engine))
-        mode.__enter__()
-        self._entered.__dict__.setdefault("modes", []).append(mode)
-        return self
-
-    def __exit__(self, exc_type, exc, traceback):
-        self._entered.modes.pop().__exit__(exc_type, exc, traceback)
-        return False
+            return _route(func, route, args, kwargs, (self.accuracy, self.engine))
 
     def __repr__(self) -> str:
         return f"emulate(accuracy={self.accuracy!r}, engine={self.engine!r})"

@@ -178,10 +178,51 @@ class Plane:
 
 @dataclass(frozen=True)
 class Encoding:
-    """A verified ``ozaki-encoding/1``: construction raises ``ValueError`` unless every
-    stored plane value lies in the digit set and the identity holds on every input pair.
+    """A verified ``ozaki-encoding/1``: how one residue product is computed from low-precision
+    plane products.
 
-    ``source`` only labels error messages (the file name when loaded from one)."""
+    Each input x of side A (``a.min`` ≤ x ≤ ``a.max``) is written as a limb vector d(x) with
+    ``a.weights · d(x)`` = x (mod ``modulus``), likewise for B; each plane t stores the values
+    f_t·d(a) and g_t·e(b), which must lie in the digit set, and Σ_t coefficient_t ·
+    (f_t·d(a))·(g_t·e(b)) ≡ a·b (mod ``modulus``) on every input pair.  Construction checks
+    both, exhaustively.
+
+    Parameters
+    ----------
+    name : str
+        The catalog name (the file's, without ``.json``).
+    digits : str
+        The digit set of the stored plane values: ``"int8"``, ``"fp8"`` or ``"fp4"``
+        (``kernels.digits``).
+    modulus : int or None
+        The modulus the identity holds for; None for an exact (non-modular) product.
+    a, b : Operand
+        Each side's input range, limb weights and limb vectors.
+    planes : tuple of Plane
+        The low-precision products: the stored values of each side and a coefficient.
+    products : int
+        The low-precision GEMMs the encoding costs.
+    extra : dict, optional
+        Further fields of the file, kept as they are.
+    source : str, optional
+        Only labels error messages (the file name when loaded from one).
+
+    Raises
+    ------
+    ValueError
+        A stored plane value outside the digit set, or an input pair on which the identity
+        fails, named with ``source``.
+
+    Examples
+    --------
+    >>> import ozaki
+    >>> from ozaki.catalog import catalog_dir
+    >>> enc = ozaki.load_encoding(catalog_dir() / "residue" / "res10-int8-1.json")
+    >>> enc.name, enc.digits, enc.modulus
+    ('res10-int8-1', 'int8', 10)
+    >>> len(enc.plane_table("a")) == len(enc.planes)
+    True
+    """
 
     name: str
     digits: str
@@ -230,8 +271,45 @@ class Encoding:
 @dataclass(frozen=True)
 class Plan:
     """A verified ``ozaki-plan/1``: pairwise coprime moduli whose product exceeds
-    2 * k_max * (2**input_bits - 1)**2.  ``moduli`` pairs each modulus with the name of
-    its residue encoding; :func:`plan_from_dict` checks those names against encodings."""
+    2 * k_max * (2**input_bits - 1)**2, so that the CRT recovers every product of K ≤ k_max
+    terms of integers of ``input_bits`` bits exactly.
+
+    Parameters
+    ----------
+    name : str
+        The catalog name (the file's, without ``.json``).
+    digits : str
+        The digit set of every encoding of the plan: ``"int8"``, ``"fp8"`` or ``"fp4"``.
+    input_bits : int
+        The bits of every integer of a row of A and a column of B.
+    k_max : int
+        The longest product (K) the capacity covers.
+    moduli : tuple of (int, str)
+        Each modulus with the name of its residue encoding; :func:`plan_from_dict` checks
+        those names against encodings.
+    products : int
+        The low-precision GEMMs of the whole plan.
+    extra : dict, optional
+        Further fields of the file, kept as they are.
+    source : str, optional
+        Only labels error messages (the file name when loaded from one).
+
+    Raises
+    ------
+    ValueError
+        Moduli that are not pairwise coprime, out of range, or whose product does not exceed
+        the capacity the plan claims, named with ``source``.
+
+    Examples
+    --------
+    >>> import ozaki
+    >>> from ozaki.catalog import catalog_dir
+    >>> plan = ozaki.load_plan(catalog_dir() / "plan" / "b16-fp4-k16384.json")
+    >>> plan.digits, plan.input_bits, plan.k_max
+    ('fp4', 16, 16384)
+    >>> plan.capacity > 2 * plan.k_max * (2**plan.input_bits - 1) ** 2
+    True
+    """
 
     name: str
     digits: str
@@ -593,7 +671,32 @@ def _read_json(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def load_encoding(path: str | os.PathLike) -> Encoding:
-    """Reads and exhaustively re-verifies one ``ozaki-encoding/1`` file."""
+    """Reads and exhaustively re-verifies one ``ozaki-encoding/1`` file.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The JSON file.
+
+    Returns
+    -------
+    Encoding
+        The encoding, verified on every input pair.
+
+    Raises
+    ------
+    ValueError
+        The file cannot be read, is not valid JSON, is not an ``ozaki-encoding/1``, or fails
+        the verification (see :class:`Encoding`); the message names the file.
+
+    Examples
+    --------
+    >>> import ozaki
+    >>> from ozaki.catalog import catalog_dir
+    >>> enc = ozaki.load_encoding(catalog_dir() / "residue" / "res10-int8-1.json")
+    >>> enc.modulus, enc.a.min <= 0 <= enc.a.max
+    (10, True)
+    """
     return encoding_from_dict(_read_json(path), str(path))
 
 

@@ -199,6 +199,9 @@ def run(call: Call) -> torch.Tensor:
     if plan.moduli is None:  # an empty product
         return torch.zeros(shape, dtype=torch.float64, device=fa.device)
     flat_a, flat_bt = fa.reshape(-1, plan.m, plan.k), fb.reshape(-1, plan.k, plan.n).transpose(-1, -2)
+    fused = plan.moduli.encodings is not None and reading.kernels_available(fa.device)
+    if plan.bands is None and not fused:
+        return _unfused(plan.moduli, flat_a, flat_bt, call.lines, plan.slack).reshape(shape)
     if plan.batch == 1:
         # One product: its result is the output (a second M×N buffer would count against the
         # workspace budget, cost.WORKSPACE_BUDGET).
@@ -212,20 +215,54 @@ def run(call: Call) -> torch.Tensor:
 
 def _product(call: Call, index: int, a: torch.Tensor, bt: torch.Tensor, extents_a: Extents,
              extents_b: Extents, bits_a: torch.Tensor, bits_b: torch.Tensor) -> torch.Tensor:
-    """C = A·B for the plan's product ``index``, one finite pair, A (M, K) and Bᵀ (N, K), with
-    the plan's moduli; stage 1 (extents, bits and, where it made them, shifts per row) is the call's."""
+    """C = A·B for the plan's product ``index``, one finite pair, A (M, K) and Bᵀ (N, K), in
+    exponent bands or, with Triton, fused; stage 1 (extents, bits and, where it made them,
+    shifts per row) is the call's."""
     plan = call.plan
     if plan.bands is not None:
-        return _banded(a, bt, bits_a, bits_b, plan.bands, plan.moduli)
+        return _banded(a, bt, bits_a, bits_b, plan.bands, plan.moduli, plan.slack[index])
     device, moduli = a.device, plan.moduli
     # With Triton, stages 2–5 run fused and streamed over blocks of A's rows.
-    if moduli.encodings is not None and reading.kernels_available(device):
-        with stage("encode", device):
-            # 1. Scale: A' = round(diag(2^s) A), B' = round(B diag(2^t)), |A'| ≤ 2^p − 1, |B'| ≤ 2^q − 1.
-            shift_a, shift_b = call.shifts[index] if call.shifts else sides_shifts(
-                (extents_a.row_max, bits_a, plan.bits_a[0]), (extents_b.row_max, bits_b, plan.bits_b[0]))
-        return _fused_by_row_blocks(a, bt, shift_a, shift_b, moduli, plan.shift_span, call.early)
+    with stage("encode", device):
+        # 1. Scale: A' = round(diag(2^s) A), B' = round(B diag(2^t)), |A'| ≤ 2^p − 1, |B'| ≤ 2^q − 1.
+        shift_a, shift_b = call.shifts[index] if call.shifts else sides_shifts(
+            (extents_a.row_max, bits_a, plan.bits_a[0]), (extents_b.row_max, bits_b, plan.bits_b[0]))
+    return _fused_by_row_blocks(a, bt, shift_a, shift_b, moduli, plan.shift_span, plan.slack[index], call.early)
 
+
+# Entries of A, B and C a batch's products bring to the torch stages at a time: each stage is
+# then one call over many products, where a call per product costs its own overhead.
+_BATCH_ENTRIES = 1 << 21
+
+
+def _unfused(moduli: Moduli, a: torch.Tensor, bt: torch.Tensor, lines: tuple, slack: tuple[int, ...]) -> torch.Tensor:
+    """Stages 2–5 in torch for a batch, A (B, M, K) and Bᵀ (B, N, K), the lines of each product
+    read by stage 1 and its decoders' ``slack``: the stages take batch dimensions, so the
+    products go through them together, as many at a time as hold :data:`_BATCH_ENTRIES`
+    entries.  Each entry of C is a function of its own row's and column's integers and its
+    product's slack, so the bits are those of one product at a time."""
+    (batch, m, k), n = a.shape, bt.shape[1]
+    if batch == 1:
+        return _scaled_product(moduli, a[0], bt[0], lines[0][2], lines[0][3], slack[0])
+    bits_a, bits_b = (torch.stack([line[side] for line in lines]) for side in (2, 3))
+    step = max(1, _BATCH_ENTRIES // max(1, m * k + k * n + m * n))
+    out = torch.empty((batch, m, n), dtype=torch.float64, device=a.device)
+    for start in range(0, batch, step):
+        part = slice(start, start + step)
+        out[part] = _scaled_product(moduli, a[part], bt[part], bits_a[part], bits_b[part], 0)
+    # A slack changes only results that round past ±DBL_MAX (ozaki.crt.round_to_float64): the
+    # products holding one are decoded again with their own.
+    for index in out.isinf().flatten(1).any(dim=1).nonzero().flatten().tolist():
+        if slack[index]:
+            out[index] = _scaled_product(moduli, a[index], bt[index], bits_a[index], bits_b[index], slack[index])
+    return out
+
+
+def _scaled_product(moduli: Moduli, a: torch.Tensor, bt: torch.Tensor, bits_a: torch.Tensor,
+                    bits_b: torch.Tensor, slack: int) -> torch.Tensor:
+    """C = A·B, A (…, M, K) and Bᵀ (…, N, K) finite, rows keeping ``bits_a`` and ``bits_b`` bits,
+    the decode saturating by ``slack`` (:func:`ozaki.crt.round_to_float64`)."""
+    device = a.device
     with stage("encode", device):
         # 1. Scale: A' = round(diag(2^s) A), B' = round(B diag(2^t)), |A'| ≤ 2^p − 1, |B'| ≤ 2^q − 1.
         sa, sb = scale_rows(a, bits_a), scale_rows(bt, bits_b)
@@ -240,15 +277,16 @@ def _product(call: Call, index: int, a: torch.Tensor, bt: torch.Tensor, extents_
     with stage("decode", device):
         # 4–5. CRT and unscale: C = diag(2^-s) C' diag(2^-t), rounded once.
         exponent = -(sa.shift[..., :, None] + sb.shift[..., None, :])
-        return round_to_float64(garner(c, moduli.moduli), moduli.moduli, exponent)
+        return round_to_float64(garner(c, moduli.moduli), moduli.moduli, exponent, slack)
 
 
 def _banded(a: torch.Tensor, bt: torch.Tensor, bits_a: torch.Tensor, bits_b: torch.Tensor, split: bands.Split,
-            plan: Moduli) -> torch.Tensor:
+            plan: Moduli, slack: int) -> torch.Tensor:
     """Stages 2–5 for products wider than every plan of the engine, in exponent bands
     (:mod:`ozaki.bands`): each band pair is one exact ``plan`` product, the pairs are added
-    modulo moduli wide enough for the whole A'·B', and the sum is rounded once, so the bits
-    are those of a single product.  Runs unfused on any device: the rare path."""
+    modulo moduli wide enough for the whole A'·B', and the sum is rounded once (saturating by
+    ``slack``), so the bits are those of a single product.  Runs unfused on any device: the
+    rare path."""
     (m, k), n, device = a.shape, bt.shape[0], a.device
     p, q = int(bits_a.max()), int(bits_b.max())
     # The sum's moduli: those of the reference engine for the whole product, all below 2^22.
@@ -283,16 +321,18 @@ def _banded(a: torch.Tensor, bt: torch.Tensor, bits_a: torch.Tensor, bits_b: tor
     with stage("decode", device):
         # 4–5. CRT and unscale: C = diag(2^-s) A'B' diag(2^-t), rounded once.
         exponent = -(sa.shift[:, None] + sb.shift[None, :])
-        return round_to_float64(garner(total, whole), whole, exponent)
+        return round_to_float64(garner(total, whole), whole, exponent, slack)
 
 
 def _fused_by_row_blocks(a: torch.Tensor, bt: torch.Tensor, shift_a: torch.Tensor, shift_b: torch.Tensor,
-                         plan: Moduli, span: tuple[int, int] | None, early: EarlyPlanes | None = None) -> torch.Tensor:
+                         plan: Moduli, span: tuple[int, int] | None, slack: int,
+                         early: EarlyPlanes | None = None) -> torch.Tensor:
     """Stages 2–5 with Triton, streamed over blocks of ``cost.stream_rows`` rows of A so that
     the workspace stays within ``cost.WORKSPACE_BUDGET`` wherever it can: B's planes are encoded once;
     each block is encoded, multiplied against all of B's planes and decoded into its rows of C.
     ``span`` holds every shift (the plan's ``shift_span``; None: their range is read from the device).
-    ``early``: B's planes and the first block's, encoded already with these moduli and shifts.
+    ``slack``: the decode's (``kernels.crt.decode_residues``).  ``early``: B's planes and the
+    first block's, encoded already with these moduli and shifts.
 
     The bits are those of one block of all rows.  Entry (i, j) is a function of s_i, t_j, row
     i of A and column j of B alone: the shifts (like p, q and the plan) come from all of A and
@@ -335,7 +375,7 @@ def _fused_by_row_blocks(a: torch.Tensor, bt: torch.Tensor, shift_a: torch.Tenso
         with stage("decode", device):
             # 4–5. CRT and unscale: C = diag(2^-s) C' diag(2^-t), rounded once.
             crt_kernels.decode_residues(block_residues, plan.moduli, row_exponent[block], col_exponent, out=c[block],
-                                        flag=flag)
+                                        flag=flag, slack=slack)
         del block_residues
     # The decodes' checks (the capacity the plan guaranteed), read once, after the last block.
     crt_kernels.raise_for_flag(flag)

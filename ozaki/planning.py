@@ -31,6 +31,7 @@ from .capacity import crt_capacity, has_capacity
 from .formats import Encoding
 from .reading import Statistics
 from .residues import reference_moduli
+from .scaling import slack_bound
 
 __all__ = ["ENGINES", "Moduli", "ProductPlan", "Shape", "device_profile", "moduli_for", "native_verdict",
            "plan_for_shape", "plan_for_statistics"]
@@ -127,6 +128,10 @@ class ProductPlan:
     widen_to: tuple[tuple[int, int] | None, ...] = field(default=(), repr=False)
     # A range holding every row's shift (ozaki.scaling.shifts_of) on the emulated path.
     shift_span: tuple[int, int] | None = field(default=None, repr=False)
+    # Per product of the batch, how far the rows' rounding may move its integers
+    # (ozaki.scaling.slack_bound): the decoders' slack, past which a result that rounds beyond
+    # ±DBL_MAX is ±inf, short of it ±DBL_MAX.  0 where every row is lossless.
+    slack: tuple[int, ...] = field(default=(), repr=False)
 
     @property
     def products(self) -> int:
@@ -288,18 +293,16 @@ def plan_for_statistics(shape: Shape, statistics: Statistics, accuracy: Accuracy
     # 1. Scale: row i of A keeps bits_i, so |A'| ≤ 2^p − 1 with p = max bits_i; B's columns, q.
     # |A'B'| ≤ K·(2^p − 1)(2^q − 1); the CRT recovers it exactly, sign included, when
     # ∏m > 2·K·(2^p − 1)(2^q − 1): the capacity a plan advertises for k_max and input_bits.
-    p, q = statistics.a.most_bits, statistics.b.most_bits
-    capacity = crt_capacity(whole_k, p, q)
-    widen_to, sides = (), [(statistics.a, statistics.b, None, None)]
-    if accuracy == "fp64":
-        # Each product's rows keep the bits its own need pays for (_fp64_rows), so that a
-        # product of a batch has the bits it has alone; the moduli hold every product's need.
-        rows = [_fp64_rows(product, whole_k) for product in statistics.products or (statistics,)]
-        capacity = max(row.need for row in rows)
-        p, q = max(row.p for row in rows), max(row.q for row in rows)
-        widen_to = tuple((row.p, row.q) if row.widened else None for row in rows)
-        sides = [(product.a, product.b, row.p if row.widened else None, row.q if row.widened else None)
-                 for product, row in zip(statistics.products or (statistics,), rows)]
+    # Under "fp64" each product's rows keep the bits its own need pays for (_fp64_rows), so that
+    # a product of a batch has the bits it has alone; the moduli hold every product's need.
+    products = statistics.products or (statistics,)
+    rows = [_fp64_rows(product, whole_k) if accuracy == "fp64" else _kept_rows(product, whole_k, accuracy)
+            for product in products]
+    capacity = max(row.need for row in rows)
+    p, q = max(row.p for row in rows), max(row.q for row in rows)
+    widen_to = tuple((row.p, row.q) if row.widened else None for row in rows) if accuracy == "fp64" else ()
+    sides = [(product.a, product.b, row.p if row.widened else None, row.q if row.widened else None)
+             for product, row in zip(products, rows)]
     split = None
     if engine in PLAN_ENGINES and _plan_moduli(engine, capacity) is None:
         # Wider than every plan of the engine: a sum of band products (ozaki.bands).
@@ -333,20 +336,32 @@ def plan_for_statistics(shape: Shape, statistics: Statistics, accuracy: Accuracy
         path="native" if native else "emulated", reason=f"plan for rows of p={p}, q={q} bits", error_bound=bound,
         moduli=moduli, bits_a=(fewest_a, p), bits_b=(fewest_b, q), bands=split, predicted=verdict, guard=guard,
         nonfinite=statistics.nonfinite and not native, widen_to=widen_to, shift_span=span,
+        slack=tuple(slack_bound(whole_k, row.p, row.q, row.lossy_a, row.lossy_b) for row in rows),
     ))
 
 
-class _Fp64Rows(NamedTuple):
-    """Under "fp64", what one product's rows need: the capacity its moduli must pass and the
-    (P, Q) its rows of A and of Bᵀ keep at most, widened (``widened``) where an int8 plan reaches it."""
+class _Rows(NamedTuple):
+    """What one product's rows need: the capacity its moduli must pass; the most bits (P, Q) a
+    row of A and of Bᵀ keeps, widened (``widened``) where under "fp64" an int8 plan reaches
+    them; whether some row of each side keeps fewer bits than its lossless width."""
 
     need: int
     p: int
     q: int
     widened: bool
+    lossy_a: bool
+    lossy_b: bool
 
 
-def _fp64_rows(statistics: Statistics, k: int) -> _Fp64Rows:
+def _kept_rows(statistics: Statistics, k: int, accuracy: Accuracy) -> _Rows:
+    """"exact" keeps every row lossless, b bits every row at most b (ozaki.reading.row_bits)."""
+    side_a, side_b = statistics.a, statistics.b
+    p, q = side_a.most_bits, side_b.most_bits
+    lossy_a, lossy_b = (accuracy != "exact" and side.widest > accuracy for side in (side_a, side_b))
+    return _Rows(crt_capacity(k, p, q), p, q, False, lossy_a, lossy_b)
+
+
+def _fp64_rows(statistics: Statistics, k: int) -> _Rows:
     """The data's own bound on Σ_k |A'_ik||B'_kj| (ozaki.accuracy) is often far below
     K·(2^p − 1)(2^q − 1), and the rows then keep every bit the int8 plan of that need pays
     for, whatever the engine, so that every engine keeps the same bits and returns the same
@@ -358,11 +373,11 @@ def _fp64_rows(statistics: Statistics, k: int) -> _Fp64Rows:
     needed = lambda p_, q_: min(crt_capacity(k, p_, q_), magnitude.capacity(p_, q_))  # noqa: E731
     filled = _plan_moduli(_FILL_ENGINE, needed(p, q))
     if filled is None:
-        return _Fp64Rows(needed(p, q), p, q, False)
+        return _Rows(needed(p, q), p, q, False, side_a.guard(None) is not None, side_b.guard(None) is not None)
     # Rows end with at most P bits, and some row has them (P ≤ the widest lossless row): p and
     # q stay the largest bits of any row.
     p, q = _filled(needed, math.prod(filled.moduli), p, q, side_a.widest, side_b.widest)
-    return _Fp64Rows(needed(p, q), p, q, True)
+    return _Rows(needed(p, q), p, q, True, side_a.guard(p) is not None, side_b.guard(q) is not None)
 
 
 # frexp's exponent of a row's maximum as kernels.scaling computes it: from the least

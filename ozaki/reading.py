@@ -74,6 +74,11 @@ class Line:
     def with_bits(self, bits: torch.Tensor) -> Line:
         return Line(self.extents, bits, self.lossless, self.level)
 
+    def of_product(self, index: int) -> Line:
+        """The rows of product ``index`` of a batch read together (views)."""
+        return Line(Extents(self.extents.row_max[index], self.extents.lowest_bit[index]), self.bits[index],
+                    self.lossless[index], None if self.level is None else self.level[index])
+
 
 @dataclass(frozen=True)
 class SideStatistics:
@@ -132,9 +137,9 @@ class Statistics:
     over every product of the batch and, through the agreement, every device's lines;
     ``nonfinite``, whether some entry of A or B on any device is NaN or ±inf (the sides are
     then read again from operands with those entries zeroed, and the flag kept); whether this
-    device's own A and B hold NaN or ±inf, which it zeroes before reading again; and, under
-    "fp64" for a batch of several products, each product's own statistics, from which its
-    bits are decided as if it were alone (its neighbours' data must not move them)."""
+    device's own A and B hold NaN or ±inf, which it zeroes before reading again; and, for a
+    batch of several products, each product's own statistics, from which whatever its bits
+    depend on is decided as if it were alone (its neighbours' data must not move them)."""
 
     a: SideStatistics
     b: SideStatistics
@@ -184,14 +189,21 @@ def start(a: torch.Tensor, b: torch.Tensor, accuracy, agreement: Agreement = ONE
     """Stage 1's read of every product of a (…, M, K) @ b (…, K, N) (equal batch shapes, finite
     or not: over NaN or ±inf the statistics say so and the rest is meaningless), queued: each
     side's summary over its lines (kernels.scaling's ``SUMMARY_FIELDS`` and widths) is copied
-    to the host without waiting for it.  Under "fp64" a batch of several products keeps each
-    product's summary as well, behind the whole batch's (see :class:`Statistics`)."""
+    to the host without waiting for it.  A batch of several products keeps each product's
+    summary as well, behind the whole batch's (see :class:`Statistics`)."""
     (m, k), n = a.shape[-2:], b.shape[-1]
     batch = math.prod(a.shape[:-2])
     flat_a, flat_bt = a.reshape(batch, m, k), b.reshape(batch, k, n).transpose(-1, -2)
+    if batch > 1 and not kernels_available(a.device):
+        # In torch every pass takes a batch dimension: the products are read together.
+        line_a, line_b, sums = _lines(flat_a, flat_bt, accuracy, agreement)
+        products = _summary([(line_a, sums and sums[0::2]), (line_b, sums and sums[1::2])], None, per_product=True)
+        lines = [(line_a.of_product(index), line_b.of_product(index)) for index in range(batch)]
+        return PendingRead(lines, torch.cat([products.amax(dim=0), products.reshape(-1)]), None, agreement)
     read = [_lines(flat_a[index], flat_bt[index], accuracy, agreement) for index in range(batch)]
-    if accuracy == "fp64" and batch > 1:
-        products = [_summary([(line_a, sums[0::2]), (line_b, sums[1::2])], None) for line_a, line_b, sums in read]
+    if batch > 1:
+        products = [_summary([(line_a, sums and sums[0::2]), (line_b, sums and sums[1::2])], None)
+                    for line_a, line_b, sums in read]
         local = torch.cat([torch.stack(products).amax(dim=0), *products])
     else:
         local = None
@@ -269,33 +281,39 @@ def _lines(a: torch.Tensor, bt: torch.Tensor, accuracy,
 
 
 def _summary(sides: list[tuple[Line, tuple[torch.Tensor, torch.Tensor] | None]],
-             out: torch.Tensor | None) -> torch.Tensor:
+             out: torch.Tensor | None, *, per_product: bool = False) -> torch.Tensor:
     """Both sides' summaries (kernels.scaling.line_summary_kernel), side after side in one
     vector, added by maxima into ``out``; under "fp64" each line's bits are set first, from its
-    level (see :func:`_lines`).  In torch where the kernels do not run, the same integers."""
-    lines = [scaling_kernels.SummaryLines(side.bits.reshape(-1), side.lossless.reshape(-1),
-                                          side.extents.row_max.reshape(-1),
-                                          None if side.level is None else side.level.reshape(-1), code_sums)
+    level (see :func:`_lines`).  In torch where the kernels do not run, the same integers;
+    there ``per_product`` summarizes each product of lines read as a batch (B, R) on its own,
+    one row of the result each."""
+    lines_of = (lambda x: x.reshape(x.shape[0], -1)) if per_product else (lambda x: x.reshape(-1))
+    lines = [scaling_kernels.SummaryLines(lines_of(side.bits), lines_of(side.lossless),
+                                          lines_of(side.extents.row_max),
+                                          None if side.level is None else lines_of(side.level),
+                                          code_sums and tuple(map(lines_of, code_sums)))
              for side, code_sums in sides]
     guard = None if lines[0].level is None else fp64_rule.FP64_GUARD
     if kernels_available(lines[0].bits.device):
         return scaling_kernels.line_summary_kernel(*lines, guard=guard, out=out)
-    summary = torch.cat([_torch_summary(line, guard) for line in lines])
+    summary = torch.cat([_torch_summary(line, guard) for line in lines], dim=-1)
     return summary if out is None else torch.maximum(out, summary)
 
 
 def _torch_summary(lines: scaling_kernels.SummaryLines, guard: int | None) -> torch.Tensor:
+    """One side's summary of lines (…, R): (…, SUMMARY_LENGTH)."""
     bits, lossless, row_max, level, code_sums = lines
     if level is not None:
         torch.minimum(level + guard, lossless, out=bits)
-    summary = torch.zeros(scaling_kernels.SUMMARY_LENGTH, dtype=torch.int64, device=bits.device)
-    if bits.numel():
+    summary = torch.zeros((*bits.shape[:-1], scaling_kernels.SUMMARY_LENGTH), dtype=torch.int64,
+                          device=bits.device)
+    if bits.shape[-1]:
         largest = row_max.view(torch.int64)
         sums, squares = code_sums or (torch.zeros_like(bits),) * 2
         head = [bits, lossless, largest, torch.where(largest > 0, _INF_PATTERN - largest, 0),
                 scaling_kernels.LINE_CAP - bits, sums, squares]
-        summary[:len(head)] = torch.stack(head).amax(dim=1)
+        summary[..., :len(head)] = torch.stack(head, dim=-2).amax(dim=-1)
         width_value = torch.ones_like(bits) if level is None else torch.where(bits < lossless, level + 2, 1)
         width = lossless.clamp(0, scaling_kernels.MAX_WIDTH - 1)
-        summary[scaling_kernels.SUMMARY_WIDTHS:].scatter_reduce_(0, width, width_value, "amax")
+        summary[..., scaling_kernels.SUMMARY_WIDTHS:].scatter_reduce_(-1, width, width_value, "amax")
     return summary

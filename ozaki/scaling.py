@@ -38,10 +38,12 @@ __all__ = [
     "fixed_bits",
     "fixed_bits_of",
     "row_extents",
+    "rounding_slack",
     "row_shifts",
     "scale_rows",
     "shifts_of",
     "sides_shifts",
+    "slack_bound",
 ]
 
 @dataclass(frozen=True)
@@ -139,6 +141,40 @@ def fixed_bits(x: torch.Tensor, bits: int) -> torch.Tensor:
     |Ĉ_ij − C_ij| ≤ ε (max|A_i:|·Σ_k|B_kj| + Σ_k|A_ik|·max|B_:j|) + ε²·K·max|A_i:|·max|B_:j| + u|C_ij|.
     """
     return fixed_bits_of(row_extents(x), bits)
+
+
+def rounding_slack(k: int, side_a: tuple[Extents, torch.Tensor], side_b: tuple[Extents, torch.Tensor]) -> int:
+    """A bound S on how far the scaling moves each entry of a K-long product on the decode's
+    scale: |Σ_k A'_ik·B'_kj − 2^(s_i + t_j)·C_ij| ≤ S, each side given as the (extents, bits)
+    of its rows (A's rows, Bᵀ's).  It is the ``slack`` of the decoders
+    (``ozaki.crt.round_to_float64``, ``kernels.crt.decode_residues``): with it a result that
+    rounds past ±DBL_MAX saturates there wherever the exact product may be finite, as the
+    bounds of the lossy accuracies promise a finite result within them.
+
+    Per term, a·b − a'·b'·2^-(s+t) = a'·2^-s·δb + δa·b with |δa| ≤ 2^(−s−1), zero on a
+    lossless row, |a'| ≤ 2^p − 1 and |b| < 2^(q−t) (:func:`row_shifts`, carry included), so a
+    term moves by at most 2^(−s−t−1)·(2^q·[A's row lossy] + 2^p·[B's column lossy]):
+    S = ⌈K·(2^Q·[a row of A lossy] + 2^P·[a column of B lossy])/2⌉, P and Q the most bits of
+    a row of each side.  0 where every row is lossless ("exact"): results then round
+    correctly, to ±inf past the range.
+    """
+    (extents_a, bits_a), (extents_b, bits_b) = side_a, side_b
+
+    def widest_and_lossy(extents: Extents, bits: torch.Tensor) -> tuple[int, bool]:
+        if bits.numel() == 0:
+            return 0, False
+        return int(bits.max()), bool((bits < exact_bits_of(extents)).any())
+
+    p, lossy_a = widest_and_lossy(extents_a, bits_a)
+    q, lossy_b = widest_and_lossy(extents_b, bits_b)
+    return slack_bound(k, p, q, lossy_a, lossy_b)
+
+
+def slack_bound(k: int, p: int, q: int, lossy_a: bool, lossy_b: bool) -> int:
+    """:func:`rounding_slack`'s S = ⌈K·(2^Q·[a row of A lossy] + 2^P·[a column of B lossy])/2⌉
+    from what a plan reads of the rows (``ozaki.planning``): P and Q the most bits of a row of
+    each side, and whether some row of each keeps fewer bits than its lossless width."""
+    return -(-k * ((lossy_a << q) + (lossy_b << p)) // 2)
 
 
 def row_shifts(x: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:

@@ -12,6 +12,8 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis.extra.numpy import mutually_broadcastable_shapes
+from test_operator import compiled_without_graph_breaks
+from torch.func import grad, jacrev, vmap
 
 import ozaki
 from ozaki import emulate
@@ -24,15 +26,16 @@ F64 = torch.float64
 
 @pytest.fixture
 def calls(monkeypatch):
-    """Each ozaki.matmul call as (thread id, accuracy, engine); the real function still does the work."""
+    """Each emulated product (the implementation of the operator ozaki::matmul, which ozaki.matmul calls too) as
+    (thread id, accuracy, engine); the real function still does the work."""
     seen = []
-    real = ozaki.matmul
+    real = ozaki.operands.emulated
 
-    def spy(a, b, *, accuracy, engine):
+    def spy(a, b, accuracy, engine):
         seen.append((threading.get_ident(), accuracy, engine))
-        return real(a, b, accuracy=accuracy, engine=engine)
+        return real(a, b, accuracy, engine)
 
-    monkeypatch.setattr(ozaki, "matmul", spy)
+    monkeypatch.setattr(ozaki.operands, "emulated", spy)
     return seen
 
 
@@ -78,6 +81,24 @@ ROUTED = [
         lambda c, a, b: c.addmm(a, b, beta=2.5, alpha=0.1),
         lambda c, a, b: c * 2.5 + _low(a, b) * 0.1,
     ),
+    (
+        "torch.baddbmm",
+        [(2, 3, 5), (2, 3, 4), (2, 4, 5)],
+        lambda c, a, b: torch.baddbmm(c, a, b, beta=0.375, alpha=-3.0),
+        lambda c, a, b: c * 0.375 + _low(a, b) * -3.0,
+    ),
+    (
+        "torch.baddbmm broadcast input",
+        [(5,), (2, 3, 4), (2, 4, 5)],
+        lambda c, a, b: torch.baddbmm(c, a, b),
+        lambda c, a, b: c + _low(a, b),
+    ),
+    (
+        "Tensor.baddbmm",
+        [(2, 3, 5), (2, 3, 4), (2, 4, 5)],
+        lambda c, a, b: c.baddbmm(a, b, beta=2.5, alpha=0.1),
+        lambda c, a, b: c * 2.5 + _low(a, b) * 0.1,
+    ),
     ("F.linear", [(2, 3, 4), (5, 4), (5,)], lambda x, w, b: F.linear(x, w, b), lambda x, w, b: _low(x, w.t()) + b),
     ("F.linear no bias", [(3, 4), (5, 4)], lambda x, w: F.linear(x, w), lambda x, w: _low(x, w.t())),
     ("F.linear vector weight", [(3, 4), (4,)], lambda x, w: F.linear(x, w), lambda x, w: _low(x, w)),
@@ -98,7 +119,8 @@ def test_routed_calls_give_ozaki_bits(calls, name, shapes, call, expected):
 
 # The routed calls whose shapes alone show torch would accept them: no meta-tensor run of torch's reference.
 CHECKED_ON_META = {"matmul vector-matrix", "matmul matrix-vector", "matmul dot", "matmul broadcast", "torch.bmm",
-                   "Tensor.bmm", "F.linear vector weight"}
+                   "Tensor.bmm", "torch.baddbmm", "torch.baddbmm broadcast input", "Tensor.baddbmm",
+                   "F.linear vector weight"}
 
 
 @pytest.mark.parametrize("name, shapes, call, expected", ROUTED, ids=[r[0] for r in ROUTED])
@@ -145,9 +167,8 @@ def test_other_dtypes_reach_torch_untouched(calls, dtype):
         lambda a, b, v: torch.dot(v, v),
         lambda a, b, v: torch.einsum("ik,kj->ij", a, b),
         lambda a, b, v: torch.tensordot(a, b, dims=1),
-        lambda a, b, v: torch.baddbmm(a[None, :, :3], a[None], b[None, :, :3]),
     ],
-    ids=["mv", "dot", "einsum", "tensordot", "baddbmm"],
+    ids=["mv", "dot", "einsum", "tensordot"],
 )
 def test_products_outside_the_routed_set_run_natively(calls, call):
     operands = _randn((4, 4), (4, 5), (4,))
@@ -389,6 +410,49 @@ def test_linear_model_trains_a_step_unchanged(calls):
     for p, q, p0 in zip(model.parameters(), twin.parameters(), initial.parameters()):
         assert not torch.equal(p, p0), "the step should move every parameter"
         torch.testing.assert_close(p, q)
+
+
+def test_func_transforms_inside_scope_give_the_eager_bits(calls):
+    x, w, xs = _randn((3, 4), (4, 2), (5, 3, 4), seed=7)
+
+    def loss(w):
+        return ((x @ w) ** 2).sum()
+
+    w_leaf = w.clone().requires_grad_()
+    with emulate(accuracy=LOW):
+        batched = vmap(lambda x: x @ w)(xs)
+        gradient = grad(loss)(w)
+        (want,) = torch.autograd.grad(loss(w_leaf), w_leaf)
+        jacobian = jacrev(lambda w: F.linear(x, w))(w.T)
+        want_jacobian = torch.autograd.functional.jacobian(lambda w: F.linear(x, w), w.T)
+    assert calls and all(accuracy == LOW for _, accuracy, _ in calls)
+    assert torch.equal(batched, _low(xs, w))
+    assert torch.equal(gradient, want) and torch.equal(jacobian, want_jacobian)
+
+
+def _doubled_product(x, w):
+    # Doubling is exact: the compiled code around the product (fused by inductor) cannot change a bit.
+    return (x @ w) * 2
+
+
+def _doubled_product_in_scope(x, w):
+    with emulate(accuracy=LOW):
+        return _doubled_product(x, w)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scope", ["inside the compiled function", "around the call"])
+def test_compiled_code_is_routed_without_graph_breaks(calls, caplog, scope):
+    x, w = _randn((6, 4), (4, 3), seed=8)
+    if scope == "around the call":
+        compiled = compiled_without_graph_breaks(_doubled_product, caplog)
+        with emulate(accuracy=LOW):
+            got = compiled(x, w)
+    else:
+        got = compiled_without_graph_breaks(_doubled_product_in_scope, caplog)(x, w)
+    assert calls and all(accuracy == LOW for _, accuracy, _ in calls)
+    assert torch.equal(got, _low(x, w) * 2)
+    assert not torch.equal(got, _doubled_product(x, w)), "the emulated product should differ from torch's at 8 bits"
 
 
 @pytest.mark.gpu

@@ -107,7 +107,7 @@ def test_a_product_of_a_batch_has_its_bits_alone(engine, accuracy, broadcast):
     """Every product of a batch has the bits it has computed alone, in every accuracy: under
     "fp64" too, whose bits follow the product's own A and B, never its neighbours' (products
     of different scales and spreads here, one B broadcast or a B per product)."""
-    if not ozaki.catalog.plans_for(engine) and engine != "reference":
+    if engine != "reference" and not ozaki.catalog.plans_for(engine):
         pytest.skip(f"the catalog has no {engine} plan")
     rng = np.random.default_rng(17)
     scales = np.array([1e-100, 1.0, 1e50, 1e-3, 1e200, 1.0])[:, None, None]

@@ -46,7 +46,8 @@ def test_a_hand_made_read_gets_the_cheapest_moduli_past_its_capacity(no_device_w
     statistics = Statistics(_side(bits), _side(bits, top=-40))
     plan = planning.plan_for_statistics(_shape(5, k, 7, batch=3), statistics, accuracy, engine, None)
     assert (plan.path, plan.bits_a, plan.bits_b, plan.bands, plan.widen_to) == ("emulated", (bits, bits),
-                                                                               (bits, bits), None, None)
+                                                                               (bits, bits), None, ())
+    assert plan.slack == (0,)  # every row lossless
     assert plan.moduli == planning.moduli_for(engine, k, crt_capacity(k, bits, bits), CPU)
     assert math.prod(plan.moduli.moduli) > crt_capacity(k, bits, bits)
     assert plan.products == 3 * plan.moduli.planes and plan.predicted is None
@@ -54,6 +55,28 @@ def test_a_hand_made_read_gets_the_cheapest_moduli_past_its_capacity(no_device_w
     assert plan.shift_span == (min(0, bits - 1 - 1), max(0, bits - 1, bits + 40))
     # A pure function: the same read, the same plan.
     assert plan == planning.plan_for_statistics(_shape(5, k, 7, batch=3), statistics, accuracy, engine, None)
+
+
+@pytest.mark.parametrize(("accuracy", "widest_a", "widest_b", "slack"), [
+    ("exact", 70, 60, 0), (24, 24, 24, 0), (24, 40, 24, 300 * 2**24 // 2), (24, 24, 30, 300 * 2**24 // 2),
+    (24, 40, 30, 300 * 2**24),
+])  # fmt: skip
+def test_the_slack_counts_the_lossy_sides(no_device_work, accuracy, widest_a, widest_b, slack):
+    # ⌈K·(2^Q·[A lossy] + 2^P·[B lossy])/2⌉ (ozaki.scaling.slack_bound) from the read alone.
+    kept = (lambda widest: widest) if accuracy == "exact" else (lambda widest: min(widest, accuracy))
+    statistics = Statistics(_side(kept(widest_a), widest=widest_a), _side(kept(widest_b), widest=widest_b))
+    plan = planning.plan_for_statistics(_shape(3, 300, 2), statistics, accuracy, "reference", None)
+    assert plan.slack == (slack,)
+
+
+def test_each_product_of_a_batch_is_decided_on_its_own_read(no_device_work):
+    # A batch's statistics carry each product's: the moduli hold the widest, the slack is each one's.
+    narrow, wide = Statistics(_side(10), _side(10)), Statistics(_side(20, widest=30), _side(20))
+    batch = Statistics(_side(20, widest=30), _side(20), products=(narrow, wide))
+    plan = planning.plan_for_statistics(_shape(3, 300, 2, batch=2), batch, 20, "reference", None)
+    alone = [planning.plan_for_statistics(_shape(3, 300, 2), product, 20, "reference", None) for product in (narrow, wide)]
+    assert plan.slack == (alone[0].slack[0], alone[1].slack[0]) == (0, 300 * 2**20 // 2)
+    assert plan.moduli == alone[1].moduli and plan.bits_a == (10, 20)
 
 
 def test_rows_past_every_plan_of_an_engine_are_split_into_bands(no_device_work):

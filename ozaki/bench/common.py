@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from ozaki.frontend import check_options
+from ozaki.operands import check_options
 
 __all__ = [
     "accuracy",

@@ -9,6 +9,8 @@
 #
 #   benchmarks/gpu_ab.sh BASELINE_DIR [SIZES] [SECONDS_PER_BENCH]
 #
+# RUNS (default "gpu-set head base head2") picks the steps, to spread them over calls.
+#
 # A baseline tree is `git archive REV | tar -x -C DIR` into a folder that .git/info/exclude
 # ignores, carried with the call.
 set -uo pipefail
@@ -24,17 +26,20 @@ export PYTHONUNBUFFERED=1
     python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
 } | tee "$out/versions.txt"
 
+runs=${RUNS:-gpu-set head base head2}
 parallel=()
 if python3 -c "import xdist" 2> /dev/null; then
     parallel=(-n 8)
 fi
-start=$(date +%s)
-timeout 300 python3 -m pytest -q -p no:cacheprovider -m gpu "${parallel[@]}" --ignore=tests/test_search.py \
-    --ignore=tests/test_search_cli.py tests > "$out/gpu-set.log" 2>&1
-echo "device set: $(tail -n 1 "$out/gpu-set.log") [$(($(date +%s) - start)) s]" | tee "$out/summary.txt"
-grep -E "^(FAILED|ERROR)" "$out/gpu-set.log" | head -20
+if [[ " $runs " == *" gpu-set "* ]]; then
+    start=$(date +%s)
+    timeout 300 python3 -m pytest -q -p no:cacheprovider -m gpu "${parallel[@]}" --ignore=tests/test_search.py \
+        --ignore=tests/test_search_cli.py tests > "$out/gpu-set.log" 2>&1
+    echo "device set: $(tail -n 1 "$out/gpu-set.log") [$(($(date +%s) - start)) s]" | tee -a "$out/summary.txt"
+    grep -E "^(FAILED|ERROR)" "$out/gpu-set.log" | head -20
+fi
 
-for run in head base head2; do
+for run in ${runs/gpu-set/}; do
     tree=.
     [ "$run" = base ] && tree=$base
     (cd "$tree" && timeout $((budget + 120)) python3 -m ozaki bench --sizes "$sizes" --engines auto,int8 \

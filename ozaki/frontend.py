@@ -110,9 +110,10 @@ def matmul(a, b, *, accuracy="fp64", engine: str = "auto"):
     >>> ozaki.matmul(t, t.T, accuracy="exact").tolist()
     [[0.3125]]
     """
-    if shape_sends_to_dgemm(a, b, accuracy, engine):
+    if not torch.compiler.is_compiling() and shape_sends_to_dgemm(a, b, accuracy, engine):
         # torch's own matmul, differentiable as it is, without the operator's dispatch: its
-        # host time would count against DGEMM's.
+        # host time would count against DGEMM's.  (A compiled graph holds the operator, whose
+        # implementation takes the same shortcut.)
         return torch.matmul(a, b)
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
         # Through the torch operator ozaki::matmul: autograd, torch.func and torch.compile see one

@@ -96,6 +96,9 @@ def test_plane_gemm_fp8_windows_show_as_promotion_adds(summaries):
         assert any("promotion adds" in p for p in compare(wrong, summary, "e4m3"))
 
 
-def test_cli_ptx_rejects_an_unknown_kernel():
-    with pytest.raises(ValueError, match="no PTX check"):
+def test_cli_ptx_rejects_an_unknown_kernel(capsys):
+    # One line of error and exit status 2, before any compilation.
+    with pytest.raises(SystemExit) as exit_:
         main(["ptx", "--kernel", "tc_sum.float64"])
+    assert exit_.value.code == 2
+    assert "--kernel tc_sum.float64: no such kernel family; known: " in capsys.readouterr().err

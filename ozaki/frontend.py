@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from . import operator, pipeline
-from .operands import emulated, operands, shape_sends_to_dgemm
+from . import operator
+from .operands import emulated, prepare, shape_sends_to_dgemm
 from .planning import ProductPlan
 
 __all__ = ["explain", "matmul"]
@@ -158,7 +158,6 @@ def explain(a, b, *, accuracy="fp64", engine: str = "auto") -> ProductPlan:
     >>> plan.error_bound
     'correctly rounded: |C^ - C| <= u|C| + 2^-1075 (u = 2^-53)'
     """
-    ta, tb, _ = operands(a, b, accuracy, engine)
-    return pipeline.prepare(ta, tb, accuracy, engine, early=False).plan
+    return prepare(a, b, accuracy, engine, early=False).call.plan
 
 

@@ -3,8 +3,8 @@
 ``with ozaki.emulate():`` (or ``@ozaki.emulate()`` on a function) routes ``torch.matmul`` (and
 ``torch.linalg.matmul``), ``torch.mm``, ``torch.bmm``, ``torch.addmm``, ``torch.baddbmm``, the ``@``
 operator, the ``Tensor`` methods of the same names and ``torch.nn.functional.linear`` (hence ``nn.Linear``)
-through the emulation whenever every operand is a dense float64 tensor; a batch of products is one call of the
-emulation.  Every other call reaches torch untouched, products included: ``mv``, ``dot``, ``einsum``,
+through the emulation whenever every operand is a dense float64 tensor, or every one a dense complex128 tensor
+(torch multiplies no mix of the two); a batch of products is one call of the emulation.  Every other call reaches torch untouched, products included: ``mv``, ``dot``, ``einsum``,
 ``tensordot`` and sparse operands run natively.
 
 The routing is a ``TorchFunctionMode``: torch keeps the mode stack per thread and pops it on exit, so the
@@ -91,9 +91,13 @@ _ROUTES = {
 }
 
 
-def _is_dense_float64(x) -> bool:
+# The dtypes whose products are routed: float64 and its complex counterpart.
+_ROUTED_DTYPES = (torch.float64, torch.complex128)
+
+
+def _is_dense_routed(x) -> bool:
     # Sparse and other layouts have products of their own that the emulation does not cover.
-    return isinstance(x, torch.Tensor) and x.dtype == torch.float64 and x.layout == torch.strided
+    return isinstance(x, torch.Tensor) and x.dtype in _ROUTED_DTYPES and x.layout == torch.strided
 
 
 def _as_meta(x):
@@ -146,10 +150,10 @@ def _route(func, route: _Route, args: tuple, kwargs: dict, options: tuple):
     try:
         bound = route.signature.bind(*args, **kwargs)
     except TypeError:
-        if any(_is_dense_float64(x) for x in (*args, *kwargs.values())):
+        if any(_is_dense_routed(x) for x in (*args, *kwargs.values())):
             raise TypeError(
                 f"emulate: cannot route {func.__name__} called with {len(args)} positional arguments and "
-                f"keywords {sorted(kwargs)} on float64 tensors; the emulated form is "
+                f"keywords {sorted(kwargs)} on float64 or complex128 tensors; the emulated form is "
                 f"{func.__name__}{route.signature}. Call it outside the emulate scope to use torch's own."
             ) from None
         return func(*args, **kwargs)
@@ -158,7 +162,8 @@ def _route(func, route: _Route, args: tuple, kwargs: dict, options: tuple):
     left, right, addend = values[route.left], values[route.right], values.get(route.addend)
     operands = [x for x in (left, right, addend) if x is not None]
     devices = {x.device for x in operands if isinstance(x, torch.Tensor)}
-    if not all(_is_dense_float64(x) for x in operands) or len(devices) != 1:
+    dtypes = {x.dtype for x in operands if isinstance(x, torch.Tensor)}
+    if not all(_is_dense_routed(x) for x in operands) or len(devices) != 1 or len(dtypes) != 1:
         # Other dtypes and layouts, and the mixes torch rejects, are torch's business.
         return func(*args, **kwargs)
     shape = _plain_shape(func, route, left, right, addend, values)
@@ -187,7 +192,7 @@ def _route(func, route: _Route, args: tuple, kwargs: dict, options: tuple):
 
 
 class emulate(TorchFunctionMode, contextlib.ContextDecorator):
-    """Context manager and decorator: torch float64 products inside run through ``ozaki.matmul``.
+    """Context manager and decorator: torch float64 and complex128 products inside run through ``ozaki.matmul``.
 
     The routing ends when the scope ends, exception or not; scopes nest, the innermost settings winning;
     other threads are unaffected.  One instance may be entered again while active (recursion, several

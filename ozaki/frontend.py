@@ -9,26 +9,33 @@ from __future__ import annotations
 
 import torch
 
-from . import operator, pipeline
-from .operands import emulated, operands, shape_sends_to_dgemm
+from . import operator
+from .operands import emulated, prepare, shape_sends_to_dgemm
 from .planning import ProductPlan
 
 __all__ = ["explain", "matmul"]
 
 
 def matmul(a, b, *, accuracy="fp64", engine: str = "auto"):
-    """The float64 matrix product ``a @ b``, emulated with the Ozaki scheme II.
+    """The float64 (or complex128) matrix product ``a @ b``, emulated with the Ozaki scheme II.
 
     Semantics are ``numpy.matmul``'s: 1-D operands are promoted to a row/column and the
     added axis removed afterwards, leading (batch) dimensions broadcast.
+
+    A complex product runs as the real one [Ar Ai]·[[Br, Bi], [−Bi, Br]] = [Re C | Im C] of
+    2K terms (:mod:`ozaki.operands`), so every accuracy below holds for each part of each
+    entry with 2K for K, every engine returns the same bits, and a batch has each product's
+    bits; the torch stages form three block products per modulus (Karatsuba) where that real
+    product takes four.  A real operand against a complex one costs two real products: each
+    part is the real operand's product with that part.
 
     Parameters
     ----------
     a, b : array_like or torch.Tensor
         The operands.  numpy (or array-like) operands give a numpy array, torch tensors a
         torch tensor on their device.  Integer, boolean and lower-precision float inputs are
-        promoted to float64 (integers only where float64 holds them exactly, |x| ≤ 2^53).
-        Read-only arrays are read in place, not copied.
+        promoted to float64 (integers only where float64 holds them exactly, |x| ≤ 2^53),
+        complex64 to complex128.  Read-only arrays are read in place, not copied.
     accuracy : {"fp64", "exact"} or int, default "fp64"
         ``"fp64"``: DGEMM-level.  The bits kept per row of A and column of B follow from an
         exact lower bound of |A||B| (:mod:`ozaki.accuracy`) so that elementwise
@@ -62,13 +69,14 @@ def matmul(a, b, *, accuracy="fp64", engine: str = "auto"):
     Returns
     -------
     numpy.ndarray or torch.Tensor
-        The float64 product, of numpy.matmul's shape: a numpy array for numpy (or array-like)
-        operands, a tensor on the operands' device where either is a torch tensor.
+        The float64 product (complex128 where an operand is complex), of numpy.matmul's shape:
+        a numpy array for numpy (or array-like) operands, a tensor on the operands' device where
+        either is a torch tensor.
 
     Raises
     ------
     TypeError
-        An operand is complex or not numeric.
+        An operand is not numeric.
     ValueError
         An unknown ``accuracy`` or ``engine``, a number of bits outside [1, 2098], a scalar
         operand, shapes that do not match or batch dimensions that do not broadcast, tensors
@@ -78,7 +86,10 @@ def matmul(a, b, *, accuracy="fp64", engine: str = "auto"):
     Notes
     -----
     NaN and ±Inf inputs give NaN/±Inf exactly where numpy's matmul does, and an exact zero is
-    +0.0.  Past the float64 range, ``"exact"`` rounds to ±inf as numpy does.  The lossy
+    +0.0.  In a complex product each part follows the real rule on its own terms (those of
+    the schoolbook product: numpy's elementwise complex arithmetic, torch's complex matmul);
+    numpy.matmul through BLAS may make a part NaN where the other part is non-finite
+    (:func:`ozaki.operands.emulated` says where).  Past the float64 range, ``"exact"`` rounds to ±inf as numpy does.  The lossy
     accuracies (``"fp64"`` and b bits) round a value of the rows' quantized product: where it
     rounds past ±DBL_MAX but the exact product may be finite (it lies within the rounding of
     the rows, ``ozaki.scaling.rounding_slack``, of a finite value) the result is ±DBL_MAX,
@@ -159,7 +170,6 @@ def explain(a, b, *, accuracy="fp64", engine: str = "auto") -> ProductPlan:
     >>> plan.error_bound
     'correctly rounded: |C^ - C| <= u|C| + 2^-1075 (u = 2^-53)'
     """
-    ta, tb, _ = operands(a, b, accuracy, engine)
-    return pipeline.prepare(ta, tb, accuracy, engine, early=False).plan
+    return prepare(a, b, accuracy, engine, early=False).call.plan
 
 

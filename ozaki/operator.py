@@ -1,12 +1,14 @@
 """The emulated product as a torch operator, ``torch.ops.ozaki.matmul``.
 
-``ozaki::matmul(Tensor a, Tensor b, str accuracy, str engine) -> Tensor`` multiplies float64 operands of at
-least two dimensions, (…, M, K) @ (…, K, N) with broadcast batch dimensions; its implementation is the
-emulation behind :func:`ozaki.matmul`.  Registered with torch, the product is one call that torch's machinery
+``ozaki::matmul(Tensor a, Tensor b, str accuracy, str engine) -> Tensor`` multiplies float64 or complex128
+operands of at least two dimensions, (…, M, K) @ (…, K, N) with broadcast batch dimensions; its implementation
+is the emulation behind :func:`ozaki.matmul` (a complex product runs as its real embedding there, so one call
+of the operator is one complex product, Karatsuba's three block products on the torch stages).  Registered with torch, the product is one call that torch's machinery
 understands:
 
 * autograd: the gradients are products of the same operator, accuracy and engine (so a double backward is
-  emulated as well);
+  emulated as well); for complex operands those of torch's convention, G·Bᴴ and Aᴴ·G, each part of each
+  entry one product's rounding (the real part alone for a real operand);
 * ``torch.func.vmap`` (and through it ``jacrev``, ``jacfwd`` of vmapped code): the vmapped dimension becomes a
   leading batch dimension of one product;
 * ``torch.compile``: a fake implementation gives the result's shape, so the product is one opaque call in the
@@ -49,7 +51,8 @@ def _product(a: torch.Tensor, b: torch.Tensor, accuracy: str, engine: str) -> to
 def _(a, b, accuracy, engine):
     # The operands' own checks and broadcast, on tensors without data: the same errors as a real call.
     ta, tb, _ = operands.operands(a, b, _decoded(accuracy), engine)
-    return ta.new_empty((*ta.shape[:-1], tb.shape[-1]))
+    dtype = torch.complex128 if ta.is_complex() or tb.is_complex() else torch.float64
+    return ta.new_empty((*ta.shape[:-1], tb.shape[-1]), dtype=dtype)
 
 
 def _setup_context(ctx, inputs, output):
@@ -62,11 +65,17 @@ def _backward(ctx, grad):
     a, b = ctx.saved_tensors
     grad_a = grad_b = None
     # The gradients are products of the operator, differentiable in turn: a double backward is emulated too.
+    # With complex operands, G·Bᴴ and Aᴴ·G = (Gᵀ·conj(A))ᵀ (conj and mH are views, no-ops on real tensors); a
+    # real operand takes the real part, where torch would otherwise cast a complex gradient with a warning.
     if ctx.needs_input_grad[0]:
-        grad_a = _operand_grad(grad, b.mT, a.shape, ctx.options)
+        grad_a = _real_for(a, _operand_grad(grad, b.mH.resolve_conj(), a.shape, ctx.options))
     if ctx.needs_input_grad[1]:
-        grad_b = _operand_grad(grad.mT, a, b.mT.shape, ctx.options).mT
+        grad_b = _real_for(b, _operand_grad(grad.mT, a.conj().resolve_conj(), b.mT.shape, ctx.options).mT)
     return grad_a, grad_b, None, None
+
+
+def _real_for(operand: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+    return grad.real if grad.is_complex() and not operand.is_complex() else grad
 
 
 _product.register_autograd(_backward, setup_context=_setup_context)
@@ -164,19 +173,21 @@ def matmul(a, b, *, accuracy="fp64", engine: str = "auto") -> torch.Tensor:
     a, b : torch.Tensor or array_like
         At least one a torch tensor (the other may be a numpy array on the CPU); numpy.matmul's shapes: 1-D
         operands are promoted to a row / column and the added axis removed, batch dimensions broadcast.  Other
-        real dtypes are promoted to float64.
+        real dtypes are promoted to float64, complex64 to complex128 (a real operand against a complex one
+        stays real: see :func:`ozaki.matmul`).
     accuracy, engine
         As in :func:`ozaki.matmul`.
 
     Returns
     -------
     torch.Tensor
-        float64 on the operands' device; differentiable in both operands.
+        float64 (complex128 where an operand is complex) on the operands' device; differentiable in both
+        operands.
 
     Raises
     ------
     TypeError
-        For complex or non-numeric operands.
+        For non-numeric operands.
     ValueError
         For bad options, scalars, operands on two devices, and shapes that do not multiply.
 
@@ -192,7 +203,7 @@ def matmul(a, b, *, accuracy="fp64", engine: str = "auto") -> torch.Tensor:
     """
     operands.check_options(accuracy, engine)
     device = next(x.device for x in (a, b) if isinstance(x, torch.Tensor))
-    a, b = operands.as_float64_tensor(a, "a", device), operands.as_float64_tensor(b, "b", device)
+    a, b = operands.as_operand_tensor(a, "a", device), operands.as_operand_tensor(b, "b", device)
     if _is_dtensor(a) or _is_dtensor(b):
         _route_dtensors()
     # 1-D operands as differentiable views around the batched product, as torch.matmul treats them.

@@ -32,7 +32,7 @@ from .capacity import crt_capacity
 from .crt import garner, round_to_float64, signed_residues
 from .formats import Encoding
 from .planning import Accuracy, Moduli, ProductPlan
-from .products import plane_products, residue_products
+from .products import complex_residue_products, plane_products, residue_products
 from .residues import reference_moduli, residues
 from .scaling import Extents, scale_rows, sides_shifts
 from .timing import collecting, stage
@@ -80,14 +80,17 @@ class Call:
 
 
 def prepare(a: torch.Tensor, b: torch.Tensor, accuracy: Accuracy = "fp64", engine: str = "auto",
-            agreement: Agreement = ONE_DEVICE, *, early: bool = True) -> Call:
+            agreement: Agreement = ONE_DEVICE, *, early: bool = True, complex: str | None = None) -> Call:
     """Stage 1 and the decision for a (…, M, K) @ b (…, K, N), float64 with equal batch shapes
     on one device (validated by the frontend).  Reads the data only where the shape does not
     decide.  Where a and b are this device's shards of a product spread over a mesh,
     ``agreement`` (:mod:`ozaki.agreement`) makes every statistic the whole product's, so the
     plan is this device's share of the one-device plan.  ``early``: queue the work of the
-    last plan of this shape while the read is in flight (see the module docstring)."""
-    shape = planning.Shape.of(a, b, agreement)
+    last plan of this shape while the read is in flight (see the module docstring).
+    ``complex``: a and b are the real products of a complex one (:attr:`planning.Shape.complex`,
+    made by ``ozaki.operands.complex_embedding``); they are planned and run as real products,
+    which with both operands complex the torch stages multiply in Karatsuba's form."""
+    shape = planning.Shape.of(a, b, agreement, complex)
     profile = planning.device_profile(a.device)
     decided = planning.plan_for_shape(shape, accuracy, engine, profile)
     if decided is not None:
@@ -201,7 +204,10 @@ def run(call: Call) -> torch.Tensor:
     flat_a, flat_bt = fa.reshape(-1, plan.m, plan.k), fb.reshape(-1, plan.k, plan.n).transpose(-1, -2)
     fused = plan.moduli.encodings is not None and reading.kernels_available(fa.device)
     if plan.bands is None and not fused:
-        return _unfused(plan.moduli, flat_a, flat_bt, call.lines, plan.slack).reshape(shape)
+        return _unfused(plan.moduli, flat_a, flat_bt, call.lines, plan.slack,
+                        plan.complex == planning.COMPLEX_BOTH).reshape(shape)
+    # The fused path (and exponent bands) multiply a complex product's embedding as it is, four
+    # K×N blocks per plane GEMM: the same integers as Karatsuba's three, so the same bits.
     if plan.batch == 1:
         # One product: its result is the output (a second M×N buffer would count against the
         # workspace budget, cost.WORKSPACE_BUDGET).
@@ -235,33 +241,40 @@ def _product(call: Call, index: int, a: torch.Tensor, bt: torch.Tensor, extents_
 _BATCH_ENTRIES = 1 << 21
 
 
-def _unfused(moduli: Moduli, a: torch.Tensor, bt: torch.Tensor, lines: tuple, slack: tuple[int, ...]) -> torch.Tensor:
+def _unfused(moduli: Moduli, a: torch.Tensor, bt: torch.Tensor, lines: tuple, slack: tuple[int, ...],
+             complex: bool = False) -> torch.Tensor:
     """Stages 2–5 in torch for a batch, A (B, M, K) and Bᵀ (B, N, K), the lines of each product
     read by stage 1 and its decoders' ``slack``: the stages take batch dimensions, so the
     products go through them together, as many at a time as hold :data:`_BATCH_ENTRIES`
     entries.  Each entry of C is a function of its own row's and column's integers and its
-    product's slack, so the bits are those of one product at a time."""
+    product's slack, so the bits are those of one product at a time.  ``complex``: each
+    product is a complex product's real embedding (see :func:`_scaled_product`)."""
     (batch, m, k), n = a.shape, bt.shape[1]
     if batch == 1:
-        return _scaled_product(moduli, a[0], bt[0], lines[0][2], lines[0][3], slack[0])
+        return _scaled_product(moduli, a[0], bt[0], lines[0][2], lines[0][3], slack[0], complex)
     bits_a, bits_b = (torch.stack([line[side] for line in lines]) for side in (2, 3))
     step = max(1, _BATCH_ENTRIES // max(1, m * k + k * n + m * n))
     out = torch.empty((batch, m, n), dtype=torch.float64, device=a.device)
     for start in range(0, batch, step):
         part = slice(start, start + step)
-        out[part] = _scaled_product(moduli, a[part], bt[part], bits_a[part], bits_b[part], 0)
+        out[part] = _scaled_product(moduli, a[part], bt[part], bits_a[part], bits_b[part], 0, complex)
     # A slack changes only results that round past ±DBL_MAX (ozaki.crt.round_to_float64): the
     # products holding one are decoded again with their own.
     for index in out.isinf().flatten(1).any(dim=1).nonzero().flatten().tolist():
         if slack[index]:
-            out[index] = _scaled_product(moduli, a[index], bt[index], bits_a[index], bits_b[index], slack[index])
+            out[index] = _scaled_product(moduli, a[index], bt[index], bits_a[index], bits_b[index], slack[index],
+                                         complex)
     return out
 
 
 def _scaled_product(moduli: Moduli, a: torch.Tensor, bt: torch.Tensor, bits_a: torch.Tensor,
-                    bits_b: torch.Tensor, slack: int) -> torch.Tensor:
+                    bits_b: torch.Tensor, slack: int, complex: bool = False) -> torch.Tensor:
     """C = A·B, A (…, M, K) and Bᵀ (…, N, K) finite, rows keeping ``bits_a`` and ``bits_b`` bits,
-    the decode saturating by ``slack`` (:func:`ozaki.crt.round_to_float64`)."""
+    the decode saturating by ``slack`` (:func:`ozaki.crt.round_to_float64`).  ``complex``: A and
+    B are a complex product's real embedding, [Ar Ai] and [[Br, Bi], [−Bi, Br]]; where the
+    columns j and N/2 + j of B got the same shift, their integers are Br', −Bi' and Bi', Br'
+    (rounding is odd), and the products stage forms Karatsuba's three block products instead
+    of the embedding's four: the same residues, so the same bits."""
     device = a.device
     with stage("encode", device):
         # 1. Scale: A' = round(diag(2^s) A), B' = round(B diag(2^t)), |A'| ≤ 2^p − 1, |B'| ≤ 2^q − 1.
@@ -272,7 +285,11 @@ def _scaled_product(moduli: Moduli, a: torch.Tensor, bt: torch.Tensor, bits_a: t
 
     with stage("products", device):
         # 3. Products: C'_i = A'_i · B'_i mod m_i, each exact.
-        c = residue_products(ra, rb, moduli.moduli, moduli.encodings)
+        half = sb.shift.shape[-1] // 2
+        if complex and torch.equal(sb.shift[..., :half], sb.shift[..., half:]):
+            c = complex_residue_products(ra, rb, moduli.moduli, moduli.encodings)
+        else:
+            c = residue_products(ra, rb, moduli.moduli, moduli.encodings)
 
     with stage("decode", device):
         # 4–5. CRT and unscale: C = diag(2^-s) C' diag(2^-t), rounded once.

@@ -25,7 +25,7 @@ import torch
 from kernels.float64 import FRACTION_BITS, MAX_EXPONENT, MIN_NORMAL_EXPONENT, SIGNIFICAND_BITS
 
 from . import accuracy as fp64_rule
-from . import bands, catalog, cost
+from . import bands, catalog, cost, reading
 from .agreement import ONE_DEVICE, Agreement
 from .capacity import crt_capacity, has_capacity
 from .formats import Encoding
@@ -33,7 +33,7 @@ from .reading import Statistics
 from .residues import reference_moduli
 from .scaling import slack_bound
 
-__all__ = ["ENGINES", "Moduli", "ProductPlan", "Shape", "device_profile", "moduli_for", "native_verdict",
+__all__ = ["COMPLEX_BOTH", "COMPLEX_ONE", "ENGINES", "Moduli", "ProductPlan", "Shape", "device_profile", "moduli_for", "native_verdict",
            "plan_for_shape", "plan_for_statistics"]
 
 log = logging.getLogger("ozaki")
@@ -73,10 +73,18 @@ class Moduli:
         return len(self.moduli) if self.encodings is None else sum(len(e.planes) for e in self.encodings)
 
 
+# The real products a complex one runs as (ozaki.operands.complex_embedding): with both operands
+# complex, each product is the real M×2K×2N embedding [Ar Ai]·[[Br, Bi], [−Bi, Br]]; with one,
+# the complex operand's real and imaginary parts are a leading batch of two real products.
+COMPLEX_BOTH, COMPLEX_ONE = "both", "one"
+
+
 @dataclass(frozen=True)
 class Shape:
     """A call's (batch of) M×K×N product(s) on a device; ``whole`` is the M×K×N of the whole
-    product where this device holds a share of it (:mod:`ozaki.distributed`), else the same."""
+    product where this device holds a share of it (:mod:`ozaki.distributed`), else the same.
+    ``complex``: None for a real product, else how the real products hold a complex one
+    (:data:`COMPLEX_BOTH`, :data:`COMPLEX_ONE`); M×K×N and the batch are the real products'."""
 
     m: int
     k: int
@@ -84,12 +92,14 @@ class Shape:
     batch: int
     whole: tuple[int, int, int]
     device: torch.device
+    complex: str | None = None
 
     @classmethod
-    def of(cls, a: torch.Tensor, b: torch.Tensor, agreement: Agreement = ONE_DEVICE) -> Shape:
+    def of(cls, a: torch.Tensor, b: torch.Tensor, agreement: Agreement = ONE_DEVICE,
+           complex: str | None = None) -> Shape:
         """Of a (…, M, K) @ b (…, K, N) with equal batch shapes."""
         (m, k), n = a.shape[-2:], b.shape[-1]
-        return cls(m, k, n, math.prod(a.shape[:-2]), agreement.whole_shape(m, k, n), a.device)
+        return cls(m, k, n, math.prod(a.shape[:-2]), agreement.whole_shape(m, k, n), a.device, complex)
 
 
 @dataclass(frozen=True)
@@ -104,7 +114,14 @@ class ProductPlan:
     the device has a profile.  ``guard`` is the g of accuracy="fp64"'s bound (:mod:`ozaki.accuracy`)
     on the emulated path, None where every row is lossless (the result is then correctly rounded).
     ``nonfinite``: A or B holds NaN or ±inf, which the emulation reads as 0 and the caller
-    overlays after.  ``str(plan)`` is a short readable account."""
+    overlays after.  ``complex``: as :attr:`Shape.complex`; M×K×N and ``batch`` are then those
+    of the real products that hold the complex one.  ``complex_blocks``: with both operands
+    complex, the GEMMs of K/2×N/2 blocks per plane GEMM of the embedding: 3 where the torch
+    stages form Karatsuba's three block products (the B-side shifts of columns j and N/2 + j
+    agree, as they do under "exact", a number of bits and "fp64" rows widened to the plan's);
+    4 where the run multiplies the embedding as it is (the fused GPU path, exponent bands) or
+    may have to ("fp64" rows kept at the read's bits: the run checks the shifts and takes 3
+    where they agree).  ``str(plan)`` is a short readable account."""
 
     m: int
     k: int
@@ -132,26 +149,44 @@ class ProductPlan:
     # (ozaki.scaling.slack_bound): the decoders' slack, past which a result that rounds beyond
     # ±DBL_MAX is ±inf, short of it ±DBL_MAX.  0 where every row is lossless.
     slack: tuple[int, ...] = field(default=(), repr=False)
+    complex: str | None = None
+    complex_blocks: int = 0
 
     @property
     def products(self) -> int:
-        """Low-precision (or, for the reference engine, float64) GEMMs the call runs; 0 on the native path."""
+        """Low-precision (or, for the reference engine, float64) GEMMs the call runs; 0 on the native path.
+        With both operands complex, GEMMs of the complex product's M×K/2×N/2 blocks
+        (``complex_blocks`` per plane GEMM of the embedding)."""
         if self.moduli is None:
             return 0
         per_product = self.bands.products if self.bands is not None else self.moduli.planes
-        return self.batch * per_product
+        return self.batch * per_product * (self.complex_blocks if self.complex == COMPLEX_BOTH else 1)
+
+    def _title(self) -> str:
+        options = f"accuracy={self.accuracy!r}, engine={self.engine!r}"
+        if self.complex == COMPLEX_BOTH:
+            batch = f"{self.batch} x " if self.batch != 1 else ""
+            return (f"{batch}{self.m}x{self.k // 2}x{self.n // 2} complex product as its real embedding "
+                    f"{self.m}x{self.k}x{self.n}, {options}")
+        if self.complex == COMPLEX_ONE:
+            batch = f"{self.batch // 2} x " if self.batch != 2 else ""
+            return (f"{batch}{self.m}x{self.k}x{self.n} complex product of a real and a complex operand as the real "
+                    f"products of the complex one's two parts, {options}")
+        batch = f"{self.batch} x " if self.batch != 1 else ""
+        return f"{batch}{self.m}x{self.k}x{self.n} product, {options}"
 
     def __str__(self) -> str:
-        batch = f"{self.batch} x " if self.batch != 1 else ""
-        lines = [f"{batch}{self.m}x{self.k}x{self.n} product, accuracy={self.accuracy!r}, engine={self.engine!r}",
-                 f"  path       {self.path}: {self.reason}"]
+        lines = [self._title(), f"  path       {self.path}: {self.reason}"]
         if self.moduli is not None and self.path == "emulated":
             moduli = self.moduli.moduli
             lines += [f"  engine     {self.moduli.engine}",
                       f"  moduli     {len(moduli)}, from {min(moduli)} to {max(moduli)}"
                       + (f" ({', '.join(map(str, moduli))})" if len(moduli) <= 24 else ""),
                       f"  products   {self.products} GEMMs"
-                      + (f" ({self.bands.count_a} x {self.bands.count_b} exponent bands)" if self.bands else "")]
+                      + (f" ({self.bands.count_a} x {self.bands.count_b} exponent bands)" if self.bands else "")
+                      + (f" of {self.m}x{self.k // 2}x{self.n // 2} blocks, {self.complex_blocks} per plane GEMM"
+                         + (" (Karatsuba)" if self.complex_blocks == 3 else " (the embedding's 2x2 blocks)")
+                         if self.complex == COMPLEX_BOTH else "")]
         if self.bits_a is not None:
             lines.append(f"  bits       rows of A {self.bits_a[0]}..{self.bits_a[1]}, "
                          f"columns of B {self.bits_b[0]}..{self.bits_b[1]}")
@@ -273,7 +308,8 @@ def plan_for_shape(shape: Shape, accuracy: Accuracy, engine: str, profile: cost.
     """The plan where the shape alone decides, None where the data must be read
     (:func:`plan_for_statistics`): native DGEMM where the cheapest plan general float64 data can
     get is predicted slower, reading no data; zeros for an empty product."""
-    basis = dict(m=shape.m, k=shape.k, n=shape.n, batch=shape.batch, accuracy=accuracy, engine=engine)
+    basis = dict(m=shape.m, k=shape.k, n=shape.n, batch=shape.batch, accuracy=accuracy, engine=engine,
+                 complex=shape.complex)
     verdict = native_verdict(shape, accuracy, engine, profile)
     if verdict is not None and verdict.native:
         return _logged(ProductPlan(**basis, path="native", reason=_NATIVE_REASON, error_bound=_NATIVE_BOUND,
@@ -331,8 +367,20 @@ def plan_for_statistics(shape: Shape, statistics: Statistics, accuracy: Accuracy
         bound = _CORRECTLY_ROUNDED if guard is None else _fp64_bound(guard)
     else:
         bound = _CORRECTLY_ROUNDED if isinstance(accuracy, str) else _fixed_bound(accuracy)
+    complex_blocks = 0
+    if shape.complex == COMPLEX_BOTH:
+        # Karatsuba's three block products run in the torch stages (ozaki.pipeline), which take
+        # them where columns j and N/2 + j of B share their shift: a column's shift follows from
+        # its maximum and bits, and the two hold the same magnitudes (Br_:j, Bi_:j), so the same
+        # maximum and lossless width; "exact" and b bits keep a function of that width, and so
+        # does "fp64" once its rows are widened to (P, Q).  Rows kept at the read's "fp64" level
+        # may differ: the level reads |A||B| column by column.
+        fused = moduli.encodings is not None and reading.kernels_available(shape.device)
+        same_shifts = accuracy != "fp64" or None not in widen_to
+        complex_blocks = 3 if split is None and not fused and same_shifts else 4
     return _logged(ProductPlan(
         m=shape.m, k=shape.k, n=shape.n, batch=shape.batch, accuracy=accuracy, engine=engine,
+        complex=shape.complex, complex_blocks=complex_blocks,
         path="native" if native else "emulated", reason=f"plan for rows of p={p}, q={q} bits", error_bound=bound,
         moduli=moduli, bits_a=(fewest_a, p), bits_b=(fewest_b, q), bands=split, predicted=verdict, guard=guard,
         nonfinite=statistics.nonfinite and not native, widen_to=widen_to, shift_span=span,

@@ -13,6 +13,9 @@ Two ways, both exact:
 
   On CUDA the pipeline runs the plane GEMMs in Triton (:mod:`kernels.products`); here a
   float64 GEMM per plane computes the very same integers (checked against 2^53).
+
+A complex product's real embedding takes three block products per modulus instead of four
+(:func:`complex_residue_products`, Karatsuba's form, exact as everything is mod m).
 """
 
 from __future__ import annotations
@@ -25,11 +28,12 @@ from kernels.float64 import FLOAT64_EXACT
 
 from .formats import Encoding
 from ._bits import blocks, floor_mod, round_
+from .residues import balanced
 
 # Each chunk's float64 product stays within 2^53 − 2^32, which _reduce_product needs.
 _PRODUCT_LIMIT = FLOAT64_EXACT - 2**32
 
-__all__ = ["digit_planes", "direct_products", "plane_products", "residue_products"]
+__all__ = ["complex_residue_products", "digit_planes", "direct_products", "plane_products", "residue_products"]
 
 
 def _check_float64_exact(k: int, max_a: int, max_b: int, what: str) -> None:
@@ -126,3 +130,27 @@ def residue_products(ra: torch.Tensor, rb: torch.Tensor, moduli: Sequence[int],
     if encodings is None:
         return direct_products(ra, rb, moduli)
     return plane_products(ra, rb, encodings)
+
+
+def complex_residue_products(ra: torch.Tensor, rb: torch.Tensor, moduli: Sequence[int],
+                             encodings: Sequence[Encoding] | None) -> torch.Tensor:
+    """C'_i of a complex product's real embedding, three block products per modulus; int64 in [0, m_i).
+
+    ``ra`` (N, ..., M, 2K) holds the balanced residues of A' = [Ar' Ai'], ``rb`` (N, ..., 2K, 2N)
+    those of B' = [[Br', Bi'], [−Bi', Br']] (columns j and N + j scaled by one shift, so that
+    its bottom blocks are the top ones', read from there).  With P1 = Ar'·Br', P2 = Ai'·Bi' and
+    P3 = (Ar' + Ai')·(Br' + Bi') mod m,
+
+        A'·B' ≡ [P1 − P2 | P3 − P1 − P2]   (mod m),
+
+    which :func:`residue_products` computes with four block products: the same residues.  The
+    sums are balanced again, so that each block product meets the bounds of a residue product.
+    """
+    k, n = ra.shape[-1] // 2, rb.shape[-1] // 2
+    a_re, a_im, b_re, b_im = ra[..., :k], ra[..., k:], rb[..., :k, :n], rb[..., :k, n:]
+    m = torch.tensor(moduli, dtype=torch.int64, device=ra.device).reshape(-1, *(1,) * (ra.dim() - 1))
+    p1 = residue_products(a_re, b_re, moduli, encodings)
+    p2 = residue_products(a_im, b_im, moduli, encodings)
+    p3 = residue_products(balanced(a_re + a_im, m), balanced(b_re + b_im, m), moduli, encodings)
+    p3.sub_(p1).sub_(p2)
+    return torch.remainder(torch.cat([p1.sub_(p2), p3], dim=-1), m)

@@ -50,7 +50,7 @@ def test_a_read_only_array_is_not_copied(name):
     a = _READ_ONLY[name](np.ones((3, 2)))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        t = operands.as_float64_tensor(a, "a", None)
+        t = operands.as_operand_tensor(a, "a", None)
     assert t.data_ptr() == a.ctypes.data
 
 

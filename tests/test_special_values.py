@@ -297,15 +297,6 @@ def test_torch_in_torch_out_float64_same_device(dtype):
     assert_same_bits(got.numpy(), exact_matmul(a.double().numpy(), b.double().numpy()))
 
 
-@pytest.mark.parametrize("side", ["a", "b"])
-@pytest.mark.parametrize("kind", _KINDS)
-def test_complex_is_not_supported(kind, side):
-    operands = {"a": np.ones((2, 2)), "b": np.ones((2, 2))}
-    operands[side] = operands[side].astype(np.complex128)
-    with pytest.raises(TypeError, match="not supported"):
-        ozaki.matmul(_KINDS[kind](operands["a"]), _KINDS[kind](operands["b"]))
-
-
 # Arguments -----------------------------------------------------------------------------
 
 

@@ -21,6 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_matmul_exact import ENGINES
 from test_matmul_fp64 import _FP64_BOUNDS, _OVERFLOW, HALF_SUBNORMAL_ULP, U, _violations
+from test_pipeline import fused_path  # noqa: F401  (a fixture)
 
 import ozaki
 from ozaki import operands, pipeline, planning
@@ -184,6 +185,16 @@ def test_every_engine_returns_the_same_bits(accuracy):
         _assert_same_complex_bits(c, got["reference"])
     torch_got = ozaki.matmul(torch.from_numpy(a), torch.from_numpy(b), accuracy=accuracy)
     _assert_same_complex_bits(torch_got.numpy(), got["reference"])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("accuracy", ["fp64", "exact"])
+def test_the_fused_path_gives_the_torch_stages_bits(fused_path, accuracy):  # noqa: F811
+    # The fused kernels multiply the embedding's four blocks, the torch stages Karatsuba's three.
+    a, b = _case("mixed", 40)
+    want = ozaki.matmul(a, b, accuracy=accuracy, engine="reference")
+    got = fused_path(a, b, accuracy=accuracy, engine="int8")
+    _assert_same_complex_bits(got, want)
 
 
 @pytest.mark.parametrize("accuracy", ["fp64", "exact", 20])

@@ -13,23 +13,17 @@ compare repeated runs.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import numpy as np
 import torch
 
 import ozaki
+from ozaki.bench.common import median_seconds
 
 
 def _median_seconds(call, reps: int) -> float:
-    call()
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    call()  # the warm-up
+    return median_seconds(call, reps, cuda=False)[0]
 
 
 def main() -> None:

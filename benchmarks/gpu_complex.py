@@ -11,25 +11,17 @@ multiply a complex product's real embedding, four K×N blocks per plane GEMM.
 
 from __future__ import annotations
 
-import statistics
 import sys
-import time
 
 import torch
 
 import ozaki
+from ozaki.bench.common import median_seconds
 
 
 def _seconds(call) -> float:
-    call()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(5):
-        start = time.perf_counter()
-        call()
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    call()  # compiles and tunes
+    return median_seconds(call, 5, cuda=True)[0]
 
 
 def _entries(n: int, generator: torch.Generator) -> torch.Tensor:

@@ -205,7 +205,7 @@ def run(call: Call) -> torch.Tensor:
     fused = plan.moduli.encodings is not None and reading.kernels_available(fa.device)
     if plan.bands is None and not fused:
         return _unfused(plan.moduli, flat_a, flat_bt, call.lines, plan.slack,
-                        plan.complex == planning.COMPLEX_BOTH).reshape(shape)
+                        plan.complex_blocks == 3).reshape(shape)
     # The fused path (and exponent bands) multiply a complex product's embedding as it is, four
     # K×N blocks per plane GEMM: the same integers as Karatsuba's three, so the same bits.
     if plan.batch == 1:
@@ -248,7 +248,8 @@ def _unfused(moduli: Moduli, a: torch.Tensor, bt: torch.Tensor, lines: tuple, sl
     products go through them together, as many at a time as hold :data:`_BATCH_ENTRIES`
     entries.  Each entry of C is a function of its own row's and column's integers and its
     product's slack, so the bits are those of one product at a time.  ``complex``: each
-    product is a complex product's real embedding (see :func:`_scaled_product`)."""
+    product is a complex product's real embedding that the plan multiplies in Karatsuba's
+    three block products (``ProductPlan.complex_blocks``, see :func:`_scaled_product`)."""
     (batch, m, k), n = a.shape, bt.shape[1]
     if batch == 1:
         return _scaled_product(moduli, a[0], bt[0], lines[0][2], lines[0][3], slack[0], complex)

@@ -119,9 +119,10 @@ class ProductPlan:
     complex, the GEMMs of K/2×N/2 blocks per plane GEMM of the embedding: 3 where the torch
     stages form Karatsuba's three block products (the B-side shifts of columns j and N/2 + j
     agree, as they do under "exact", a number of bits and "fp64" rows widened to the plan's);
-    4 where the run multiplies the embedding as it is (the fused GPU path, exponent bands) or
-    may have to ("fp64" rows kept at the read's bits: the run checks the shifts and takes 3
-    where they agree).  ``str(plan)`` is a short readable account."""
+    4 where the run multiplies the embedding as it is (the fused GPU path, exponent bands, and
+    "fp64" rows kept at the read's bits, whose shifts may differ).  The run takes the plan's
+    number, checking the shifts before it forms Karatsuba's products.  ``str(plan)`` is a
+    short readable account."""
 
     m: int
     k: int

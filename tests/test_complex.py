@@ -212,8 +212,11 @@ def test_a_batch_has_the_bits_of_each_product_alone(accuracy):
 
 @pytest.mark.parametrize("accuracy", ["fp64", "exact", 20])
 @pytest.mark.parametrize("engine", ["reference", "fp8"])
-def test_karatsuba_gives_the_embeddings_bits(accuracy, engine):
+def test_karatsuba_gives_the_embeddings_bits(monkeypatch, accuracy, engine):
     a, b = _case("cancelling", 6)
+    formed = []
+    monkeypatch.setattr(pipeline, "complex_residue_products",
+                        lambda *args: formed.append(args) or complex_residue_products(*args))
     prepared = operands.prepare(a, b, accuracy, engine)
     (ta, tb), plan = prepared.operands, prepared.call.plan
     assert plan.complex_blocks == 3 and plan.products == 3 * plan.moduli.planes
@@ -221,7 +224,9 @@ def test_karatsuba_gives_the_embeddings_bits(accuracy, engine):
     karatsuba, embedding = (pipeline._scaled_product(plan.moduli, ta, tb.mT, lines[2], lines[3], 0, complex)
                             for complex in (True, False))
     assert torch.equal(karatsuba, embedding)
+    formed.clear()
     assert_same_bits(karatsuba.numpy(), _parts(ozaki.matmul(a, b, accuracy=accuracy, engine=engine)))
+    assert formed  # the run takes the plan's three block products
 
 
 def test_columns_of_different_shifts_take_the_embeddings_four_blocks():

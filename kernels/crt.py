@@ -62,7 +62,7 @@ import math
 import sys
 from collections.abc import Sequence
 from fractions import Fraction
-from functools import cache
+from functools import cache, lru_cache
 from typing import NamedTuple
 
 import torch
@@ -393,7 +393,8 @@ def _float_round(limbs, exponent, RADIX: tl.constexpr, INVERSE_RADIX: tl.constex
 
 @triton.jit
 def _decode_kernel(
-    c_ptr, row_exp_ptr, col_exp_ptr, out_ptr, flag_ptr, rows, cols, stride_cn, stride_cr, stride_cc, slack_bits,
+    c_ptr, row_exp_ptr, col_exp_ptr, slack_ptr, out_ptr, flag_ptr, rows, cols, item_rows, stride_cn, stride_cr,
+    stride_cc,
     MODULI: tl.constexpr, WEIGHTS: tl.constexpr, SCALES: tl.constexpr, MODULUS: tl.constexpr, HALF: tl.constexpr,
     NEGATIVE_HALF: tl.constexpr, MODULUS_WORDS: tl.constexpr, MODULUS_PLUS_ONE: tl.constexpr, ONE: tl.constexpr,
     LIMB: tl.constexpr, EVEN: tl.constexpr, SMALL_MODULI: tl.constexpr, FLOAT_ROUND: tl.constexpr,
@@ -405,6 +406,9 @@ def _decode_kernel(
     # A program past the last row (in the third axis's last slice) touches no entry.
     row = tl.program_id(1) + tl.program_id(2) * tl.num_programs(1)
     live_cols = tl.where(row < rows, cols, 0)
+    # The rows of a batch's products follow one another, item_rows each: a row's product
+    # gives its column exponents and its slack.
+    item = tl.where(row < rows, row, 0) // item_rows
     offs_c = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs_c < live_cols
     # |Y| < 2**bits(M) with bits(M) <= 2**24 (_constants), so past +-2**26 the result is 0
@@ -412,7 +416,7 @@ def _decode_kernel(
     # inside int32.  The int64 sum wraps; a wrap (both terms of one sign, the sum of the
     # other) saturates by the sign of the terms.
     row_exp = tl.load(row_exp_ptr + row, mask=row < rows, other=0)
-    col_exp = tl.load(col_exp_ptr + offs_c, mask=mask, other=0)
+    col_exp = tl.load(col_exp_ptr + tl.cast(item, tl.int64) * cols + offs_c, mask=mask, other=0)
     exponent = row_exp + col_exp
     wrapped = ((row_exp ^ exponent) & (col_exp ^ exponent)) < 0
     exponent = tl.where(wrapped, tl.where(col_exp < 0, -EXPONENT_CLAMP, EXPONENT_CLAMP),
@@ -491,7 +495,7 @@ def _decode_kernel(
         code = tl.where(outside, 2, 0)
         signed = floated
     else:
-        code, signed = _exact_round(limbs, exponent, certain, outside, slack_bits, LIMB, HALF, NEGATIVE_HALF,
+        code, signed = _exact_round(limbs, exponent, certain, outside, slack_ptr + item, LIMB, HALF, NEGATIVE_HALF,
                                     MODULUS_WORDS, MODULUS_PLUS_ONE, ONE, EVEN, SATURATE)
     # The block's worst code, then one atomic where it is not 0: an atomic over the block's
     # entries would move them into a layout of one per thread first (through shared memory).
@@ -510,7 +514,7 @@ def _decode_kernel(
 
 
 @triton.jit
-def _exact_round(limbs, exponent, certain, outside, slack_bits, LIMB: tl.constexpr, HALF: tl.constexpr,
+def _exact_round(limbs, exponent, certain, outside, slack_bits_ptr, LIMB: tl.constexpr, HALF: tl.constexpr,
                  NEGATIVE_HALF: tl.constexpr, MODULUS_WORDS: tl.constexpr, MODULUS_PLUS_ONE: tl.constexpr,
                  ONE: tl.constexpr, EVEN: tl.constexpr, SATURATE: tl.constexpr):
     # Steps 2–3 in words: Y0 as words of two's complement (_words), its sign the top word's;
@@ -554,7 +558,9 @@ def _exact_round(limbs, exponent, certain, outside, slack_bits, LIMB: tl.constex
         # overflow never takes the float rounding (its results are finite), so only here.
         overflow = magnitude == _INF_PATTERN
         if tl.max(overflow.to(tl.int32), axis=0) == 1:
-            within = _within_slack(magnitude_words, exponent, slack_bits)
+            # A product of the batch without slack (-1) never saturates.
+            slack_bits = tl.load(slack_bits_ptr)
+            within = _within_slack(magnitude_words, exponent, tl.maximum(slack_bits, 0)) & (slack_bits >= 0)
             magnitude = tl.where(overflow & within, _DBL_MAX_PATTERN, magnitude)
     # The sign goes in as a bit.  On the H200 the float select of -magnitude returned +0.0
     # for a negative Y that underflows to zero (tests/test_kernels_crt.py, subnormal
@@ -724,7 +730,7 @@ def _constexprs(moduli: tuple[int, ...], block: int, saturate: bool = False) -> 
 def decode_residues(c: torch.Tensor, moduli: Sequence[int], row_exponent: torch.Tensor,
                     col_exponent: torch.Tensor, *, block: int = DECODE_BLOCK,
                     num_warps: int = DECODE_WARPS, out: torch.Tensor | None = None,
-                    flag: torch.Tensor | None = None, slack: int = 0) -> torch.Tensor:
+                    flag: torch.Tensor | None = None, slack: int | Sequence[int] = 0) -> torch.Tensor:
     """float64 ``[R, C]``: the signed integer Y with ``Y ≡ c[i] (mod moduli[i])`` and
     ``-M/2 < Y < M/2`` (M = prod(moduli)), times ``2**(row_exponent[r] + col_exponent[c])``,
     rounded once to nearest even.  ``c`` is an integer tensor (uint8, int16, int32 or int64,
@@ -737,6 +743,9 @@ def decode_residues(c: torch.Tensor, moduli: Sequence[int], row_exponent: torch.
     M > 2 * K * (2**p - 1) * (2**q - 1)).  ``block`` (entries per program) and ``num_warps``
     tune the launch, not the bits.  ``out``: a contiguous float64 ``[R, C]`` tensor on c's
     device to write the result into (rows of a larger result, say), returned.
+
+    A batch of B products decodes in one launch: their R = B * M rows one product after the
+    other, ``col_exponent`` ``[B, C]`` (each product's columns) and ``slack`` one per product.
 
     The checks read the device after the launch.  ``flag``: a zeroed int32 ``[1]`` tensor on
     c's device (:func:`new_flag`) that collects them instead, over several decodes (the row
@@ -755,16 +764,25 @@ def decode_residues(c: torch.Tensor, moduli: Sequence[int], row_exponent: torch.
     if c.dim() != 3 or c.shape[0] != len(moduli):
         raise ValueError(f"c has shape {tuple(c.shape)}: expected [{len(moduli)} moduli, R, C]")
     rows, cols = c.shape[1:]
-    for name, exp, size in (("row_exponent", row_exponent, rows), ("col_exponent", col_exponent, cols)):
-        if not isinstance(exp, torch.Tensor) or exp.dtype != torch.int64 or exp.shape != (size,):
-            raise ValueError(f"{name} must be an int64 tensor of shape ({size},)")
+    items = 1 if col_exponent.dim() == 1 else col_exponent.shape[0]
+    if items < 1 or rows % items:
+        raise ValueError(f"col_exponent of shape {tuple(col_exponent.shape)} for {rows} rows: pass ({cols},), or "
+                         f"(B, {cols}) for a batch of B products of {rows} // B rows each")
+    for name, exp, shape in (("row_exponent", row_exponent, (rows,)),
+                             ("col_exponent", col_exponent, (cols,) if col_exponent.dim() == 1 else (items, cols))):
+        if not isinstance(exp, torch.Tensor) or exp.dtype != torch.int64 or exp.shape != shape:
+            raise ValueError(f"{name} must be an int64 tensor of shape {shape}")
         if exp.device != c.device:
             raise ValueError(f"{name} is on {exp.device}, c on {c.device}: pass both on one device")
+    slacks = (slack,) * items if isinstance(slack, int) else tuple(slack)
+    if len(slacks) != items:
+        raise ValueError(f"{len(slacks)} slacks for a batch of {items} products: pass one per product")
     _check_launch(block, num_warps)
-    sigma = slack_exponent(slack)
-    constexprs = _constexprs(moduli, block, saturate=sigma >= 0)
+    sigmas = tuple(map(slack_exponent, slacks))
+    constexprs = _constexprs(moduli, block, saturate=max(sigmas) >= 0)
     # 2**(64 * words - 2) is above every |Y| already (_within_slack): a larger slack saturates alike.
-    slack_bits = min(sigma, 64 * len(constexprs["HALF"]) - 2)
+    words = len(constexprs["HALF"])
+    slack_bits = _slack_table(tuple(min(sigma, 64 * words - 2) for sigma in sigmas), c.device)
     device = c.device
     if out is None:
         out = torch.empty((rows, cols), dtype=torch.float64, device=device)
@@ -780,12 +798,20 @@ def decode_residues(c: torch.Tensor, moduli: Sequence[int], row_exponent: torch.
     grid = (triton.cdiv(cols, block), min(rows, _GRID_ROWS), triton.cdiv(rows, _GRID_ROWS))
     flag = flag if collected else new_flag(device)
     launch(_decode_kernel, grid,
-        c, row_exponent.contiguous(), col_exponent.contiguous(), out, flag,
-        rows, cols, c.stride(0), c.stride(1), c.stride(2), slack_bits, **constexprs, num_warps=num_warps, **ptx.LAUNCH_OPTIONS,
+        c, row_exponent.contiguous(), col_exponent.contiguous(), slack_bits, out, flag,
+        rows, cols, rows // items, c.stride(0), c.stride(1), c.stride(2), **constexprs, num_warps=num_warps,
+        **ptx.LAUNCH_OPTIONS,
     )
     if not collected:
         raise_for_flag(flag)
     return out
+
+
+@lru_cache(maxsize=256)
+def _slack_table(slack_bits: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    # Each product's σ (-1: none), copied to the device once per distinct batch of slacks, so
+    # that a repeated product queues no copy.
+    return torch.tensor(slack_bits, dtype=torch.int64, device=device)
 
 
 def new_flag(device: torch.device) -> torch.Tensor:

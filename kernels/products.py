@@ -565,7 +565,8 @@ def encoded_modular_matmul(planes_a: torch.Tensor, planes_b: torch.Tensor, encod
 
     ``planes_a`` ``[T, M, K]`` and ``planes_b`` ``[T, N, K]`` are the planes
     ``kernels.residues.encode_planes`` writes for ``encodings`` (each encoding's planes in turn,
-    T in all).  That kernel stores only values of the encodings' plane tables, so the largest
+    T in all).  A batch, ``[T, B, M, K]`` and ``[T, B, N, K]``, gives ``[len(encodings), B, M, N]``
+    in the same one launch.  That kernel stores only values of the encodings' plane tables, so the largest
     plane product is each encoding's ``max_plane_product``, known before any data: the
     exactness windows come from it and no plane is read back (``grouped_modular_matmul``
     reads the maxima of planes of unknown origin)."""
@@ -575,8 +576,9 @@ def encoded_modular_matmul(planes_a: torch.Tensor, planes_b: torch.Tensor, encod
         if not isinstance(planes, torch.Tensor) or planes.dtype not in (torch.int8, torch.int16):
             raise TypeError(f"{name} must be the int8 or int16 planes encode_planes returns, got "
                             f"{getattr(planes, 'dtype', type(planes).__name__)}")
-        if planes.dim() != 3:
-            raise ValueError(f"{name} has shape {tuple(planes.shape)}: expected [planes, rows, K]")
+        if planes.dim() not in (3, 4):
+            raise ValueError(f"{name} has shape {tuple(planes.shape)}: expected [planes, rows, K] or a batch's "
+                             f"[planes, B, rows, K]")
     _check_shapes(planes_a, planes_b)
     if planes_a.device != planes_b.device:
         raise ValueError(f"planes_a is on {planes_a.device}, planes_b on {planes_b.device}: move both to one device")
@@ -595,13 +597,14 @@ def encoded_modular_matmul(planes_a: torch.Tensor, planes_b: torch.Tensor, encod
     coefficients = tuple(p.coefficient % e.modulus for e in encodings for p in e.planes)
     moduli = tuple(e.modulus for e in encodings)
     plane_start = tuple(itertools.accumulate(counts, initial=0))
-    (m_rows, k), n_cols = planes_a.shape[1:], planes_b.shape[1]
-    out = torch.empty((len(encodings), m_rows, n_cols), dtype=residue_dtype(moduli), device=device)
+    (*batch, m_rows, k), n_cols = planes_a.shape[1:], planes_b.shape[-2]
+    out = torch.empty((len(encodings), *batch, m_rows, n_cols), dtype=residue_dtype(moduli), device=device)
     if out.numel() and k == 0:
         out.zero_()
     elif out.numel():
-        a_op, b_op = (_to_operand(p[:, None], operand, config.block_k) for p in (planes_a, planes_b))
-        _launch(a_op, b_op, coefficients, plane_start, moduli, out[:, None], operand, config, chunk)
+        batched = planes_a.dim() == 4
+        a_op, b_op = (_to_operand(p if batched else p[:, None], operand, config.block_k) for p in (planes_a, planes_b))
+        _launch(a_op, b_op, coefficients, plane_start, moduli, out if batched else out[:, None], operand, config, chunk)
     return out
 
 

@@ -63,6 +63,8 @@ __all__ = ["ENCODE_LAUNCHES", "MAX_MODULUS", "MAX_SHIFT", "compile_kernel", "com
 ENCODE_LAUNCHES = {"k": ((2, 256), 4, None), "rows": ((8, 128), 4, 96)}
 # The residue step keeps |c| < 2**45 and rounds c/m within 1/(2m) (see _encode_kernel).
 MAX_MODULUS = 2**12
+# Programs along a grid's third axis (CUDA's limit): the products of a batch per launch.
+_GRID_ITEMS = 65535
 # Bounds the exponents (int32 in the kernel) and the table of 2**p mod m, whose p reach
 # max(shift) + 971 (the weight of the last significand bit of the largest float64 is 2**971).
 # The pipeline's shifts lie in [-1025, 3171]: a row keeps at most 2098 bits (a float64 row
@@ -241,13 +243,18 @@ def _integer_tile(x, shift, mask, out_ptrs, pow_ptr, plane_start_ptr, table_ptr,
 @triton.jit
 def _encode_kernel(
     x_ptr, shift_ptr, pow_ptr, plane_start_ptr, table_ptr, out_ptr, flag_ptr,
-    rows, K, stride_xr, stride_xk, stride_table, stride_plane,
+    rows, K, stride_xb, stride_xr, stride_xk, stride_table, stride_plane,
     MODULI: tl.constexpr, BASES: tl.constexpr, COMPUTED: tl.constexpr, FLOAT_TILES: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_BITS: tl.constexpr, SMALL_POWER: tl.constexpr,
 ):
     offs_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     offs_k = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
     mask = (offs_r[:, None] < rows) & (offs_k[None, :] < K)
+    # The third axis walks a batch's products: each one's rows, shifts and planes follow the last's.
+    item = tl.program_id(2).to(tl.int64)
+    x_ptr += item * stride_xb
+    shift_ptr += item * rows
+    out_ptr += item * rows * K
     x = tl.load(x_ptr + offs_r[:, None].to(tl.int64) * stride_xr + offs_k[None, :].to(tl.int64) * stride_xk,
                 mask=mask, other=0.0)
     # |shift| <= MAX_SHIFT (the launcher's check): int32 from here on.
@@ -419,25 +426,30 @@ def encode_planes(x: torch.Tensor, shift: torch.Tensor, encodings: Sequence, sid
         raise ValueError(f"block must be two powers of two (BLOCK_R, BLOCK_K), got {block}")
     tables, powers, float_tiles = _encode_launch(tuple(encodings), side, x.device, lowest, highest)
 
-    rows, k = math.prod(x.shape[:-1]), x.shape[-1]
+    (rows, k), items = x.shape[-2:], math.prod(x.shape[:-2])
     out = torch.empty((tables.plane_count, *x.shape), dtype=tables.out_dtype, device=x.device)
     if out.numel() == 0:
         return out
-    flat = x.reshape(rows, k)  # a view for any 2-D input: Bᵀ is read in place
-    default_block, default_warps, max_registers = ENCODE_LAUNCHES["k" if flat.stride(1) == 1 else "rows"]
+    # A view for 2-D input and a batch of one leading dimension: Bᵀ is read in place.
+    batch = x.reshape(items, rows, k)
+    default_block, default_warps, max_registers = ENCODE_LAUNCHES["k" if batch.stride(2) == 1 else "rows"]
     # The register cap was chosen for the default launch: other tiles would spill under it.
     max_registers = max_registers if block is None and num_warps is None else None
     block, num_warps = block or default_block, num_warps or default_warps
     # The kernel flags a non-finite entry; finite x never writes the flag, nor is it read then.
     flag = _unwritten_flag(x.device) if known_finite else torch.zeros(1, dtype=torch.int32, device=x.device)
-    grid = (triton.cdiv(rows, block[0]), triton.cdiv(k, block[1]))
-    launch(_encode_kernel, grid,
-        flat, shift.reshape(rows).contiguous(), powers, tables.plane_start, tables.table, out, flag,
-        rows, k, flat.stride(0), flat.stride(1), tables.table.stride(0), rows * k,
-        MODULI=tables.moduli, BASES=tables.bases, COMPUTED=tables.computed, FLOAT_TILES=float_tiles,
-        BLOCK_R=block[0], BLOCK_K=block[1], SPLIT_BITS=_SPLIT_BITS, SMALL_POWER=_SMALL_POWER, num_warps=num_warps,
-        maxnreg=max_registers, **ptx.LAUNCH_OPTIONS,
-    )
+    shifts, planes = shift.reshape(items, rows).contiguous(), out.view(-1, items, rows, k)
+    # A grid's third axis holds at most _GRID_ITEMS programs: a larger batch takes a launch per slice.
+    for first in range(0, items, _GRID_ITEMS):
+        part = slice(first, first + _GRID_ITEMS)
+        grid = (triton.cdiv(rows, block[0]), triton.cdiv(k, block[1]), len(range(items)[part]))
+        launch(_encode_kernel, grid,
+            batch[part], shifts[part], powers, tables.plane_start, tables.table, planes[:, part], flag,
+            rows, k, batch.stride(0), batch.stride(1), batch.stride(2), tables.table.stride(0), items * rows * k,
+            MODULI=tables.moduli, BASES=tables.bases, COMPUTED=tables.computed, FLOAT_TILES=float_tiles,
+            BLOCK_R=block[0], BLOCK_K=block[1], SPLIT_BITS=_SPLIT_BITS, SMALL_POWER=_SMALL_POWER,
+            num_warps=num_warps, maxnreg=max_registers, **ptx.LAUNCH_OPTIONS,
+        )
     if not known_finite and int(flag):
         raise ValueError("x holds inf or nan: only finite rows can be scaled to integers")
     return out

@@ -212,6 +212,10 @@ def run(call: Call) -> torch.Tensor:
         # One product: its result is the output (a second M×N buffer would count against the
         # workspace budget, cost.WORKSPACE_BUDGET).
         return _product(call, 0, flat_a[0], flat_bt[0], *call.lines[0]).reshape(shape)
+    if plan.bands is None and _block_rows(plan.m, plan.k, plan.n, plan.moduli) >= plan.m:
+        return _fused_batch(call, flat_a, flat_bt).reshape(shape)
+    # Products too large to encode whole within the workspace stream their own blocks of rows,
+    # one product after another.
     out = torch.empty(shape, dtype=torch.float64, device=fa.device)
     flat_out = out.view(-1, plan.m, plan.n)
     for index in range(plan.batch):
@@ -398,6 +402,48 @@ def _fused_by_row_blocks(a: torch.Tensor, bt: torch.Tensor, shift_a: torch.Tenso
     # The decodes' checks (the capacity the plan guaranteed), read once, after the last block.
     crt_kernels.raise_for_flag(flag)
     return c
+
+
+def _fused_batch(call: Call, a: torch.Tensor, bt: torch.Tensor) -> torch.Tensor:
+    """Stages 2–5 with Triton for a batch whose products each fit the workspace whole, A (B, M, K)
+    and Bᵀ (B, N, K): every stage is one launch over the whole batch (the products a grid
+    dimension), so their count does not grow with B, and the workspace, proportional to the
+    batch as A, B and C are, stays within ``cost.WORKSPACE_BUDGET`` as one product's does.
+
+    The bits are each product's alone: its shifts are its own rows' (stage 1), its planes an
+    elementwise function of them, its residues exact integers of its own planes, and its decode
+    takes its own column exponents and slack (``kernels.crt.decode_residues``)."""
+    plan = call.plan
+    (batch, m, k), n, device, moduli = a.shape, bt.shape[1], a.device, plan.moduli
+    config = _plane_config(moduli.encodings, m, n, k, device)
+    encode = _encoder(moduli.encodings, plan.shift_span)
+    with stage("encode", device):
+        # 1. Scale: A' = round(diag(2^s) A), B' = round(B diag(2^t)), |A'| ≤ 2^p − 1, |B'| ≤ 2^q − 1.
+        shift_a, shift_b = _batch_shifts(call)
+        # 2. Residues: A'_i = A' mod m_i, B'_i = B' mod m_i as digit planes (Bᵀ read in place).
+        planes_a, planes_b = encode(a, shift_a, "a"), encode(bt, shift_b, "b")
+    with stage("products", device):
+        # 3. Products: C'_i = A'_i · B'_i mod m_i, each exact, all moduli and products in one launch.
+        residues = encoded_modular_matmul(planes_a, planes_b, moduli.encodings, config=config)
+    del planes_a, planes_b
+    with stage("decode", device):
+        # 4–5. CRT and unscale: C = diag(2^-s) C' diag(2^-t), rounded once.
+        c = torch.empty((batch, m, n), dtype=torch.float64, device=device)
+        crt_kernels.decode_residues(residues.view(len(moduli.moduli), batch * m, n), moduli.moduli,
+                                    -shift_a.reshape(-1), -shift_b, out=c.view(batch * m, n), slack=plan.slack)
+    return c
+
+
+def _batch_shifts(call: Call) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each product's row shifts of A and of Bᵀ, (B, M) and (B, N): stage 1's where it made them,
+    else from its lines' extents and bits in one launch for the batch."""
+    if call.shifts:
+        return tuple(torch.stack(side) for side in zip(*call.shifts))
+    plan = call.plan
+    row_max_a, row_max_b, bits_a, bits_b = (torch.stack(side) for side in zip(
+        *((extents_a.row_max, extents_b.row_max, line_a, line_b) for extents_a, extents_b, line_a, line_b
+          in call.lines)))
+    return sides_shifts((row_max_a, bits_a, plan.bits_a[0]), (row_max_b, bits_b, plan.bits_b[0]))
 
 
 def fused_residues(a: torch.Tensor, bt: torch.Tensor, shift_a: torch.Tensor, shift_b: torch.Tensor,

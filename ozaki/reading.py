@@ -36,6 +36,12 @@ NO_LINE = scaling_kernels.LINE_CAP
 _INF_PATTERN = scaling_kernels.INF_PATTERN
 
 
+# A batch's products of fewer entries of A and B than this each are read together in torch
+# (every pass one launch for the whole batch), larger ones one at a time by the Triton passes,
+# whose few launches per product are then a small share of its read.
+TRITON_READ_ENTRIES = 1 << 18
+
+
 def kernels_available(device: torch.device) -> bool:
     """The Triton path runs on CUDA tensors.  (Triton's CPU interpreter runs it too, but one
     step per tile takes milliseconds: tests call it there on small shapes explicitly.)"""
@@ -194,22 +200,27 @@ def start(a: torch.Tensor, b: torch.Tensor, accuracy, agreement: Agreement = ONE
     (m, k), n = a.shape[-2:], b.shape[-1]
     batch = math.prod(a.shape[:-2])
     flat_a, flat_bt = a.reshape(batch, m, k), b.reshape(batch, k, n).transpose(-1, -2)
-    if batch > 1 and not kernels_available(a.device):
-        # In torch every pass takes a batch dimension: the products are read together.
-        line_a, line_b, sums = _lines(flat_a, flat_bt, accuracy, agreement)
-        products = _summary([(line_a, sums and sums[0::2]), (line_b, sums and sums[1::2])], None, per_product=True)
+    kernels = kernels_available(a.device)
+    if batch > 1 and (not kernels or m * k + k * n < TRITON_READ_ENTRIES):
+        # In torch every pass takes a batch dimension: the products are read together, in a
+        # number of launches that does not grow with the batch.
+        line_a, line_b, sums = _lines(flat_a, flat_bt, accuracy, agreement, kernels=False)
+        products = _summary([(line_a, sums and sums[0::2]), (line_b, sums and sums[1::2])], None, per_product=True,
+                            kernels=False)
         lines = [(line_a.of_product(index), line_b.of_product(index)) for index in range(batch)]
-        return PendingRead(lines, torch.cat([products.amax(dim=0), products.reshape(-1)]), None, agreement)
-    read = [_lines(flat_a[index], flat_bt[index], accuracy, agreement) for index in range(batch)]
-    if batch > 1:
-        products = [_summary([(line_a, sums and sums[0::2]), (line_b, sums and sums[1::2])], None)
-                    for line_a, line_b, sums in read]
-        local = torch.cat([torch.stack(products).amax(dim=0), *products])
+        local = torch.cat([products.amax(dim=0), products.reshape(-1)])
     else:
-        local = None
-        for line_a, line_b, sums in read:
-            local = _summary([(line_a, sums and sums[0::2]), (line_b, sums and sums[1::2])], local)
-    lines = [(line_a, line_b) for line_a, line_b, _ in read]
+        read = [_lines(flat_a[index], flat_bt[index], accuracy, agreement, kernels=kernels) for index in range(batch)]
+        if batch > 1:
+            products = [_summary([(line_a, sums and sums[0::2]), (line_b, sums and sums[1::2])], None,
+                                 kernels=kernels) for line_a, line_b, sums in read]
+            local = torch.cat([torch.stack(products).amax(dim=0), *products])
+        else:
+            local = None
+            for line_a, line_b, sums in read:
+                local = _summary([(line_a, sums and sums[0::2]), (line_b, sums and sums[1::2])], local,
+                                 kernels=kernels)
+        lines = [(line_a, line_b) for line_a, line_b, _ in read]
     if not local.is_cuda:
         return PendingRead(lines, local, None, agreement)
     # Copied into pinned memory behind the read: whatever is queued next runs while the host
@@ -224,25 +235,42 @@ def start(a: torch.Tensor, b: torch.Tensor, accuracy, agreement: Agreement = ONE
 def widen(lines: list[tuple[Line, Line]], caps: tuple[tuple[int, int] | None, ...]
           ) -> tuple[list[tuple[Line, Line]], tuple]:
     """Per product, with caps (P, Q), every row of A keeps min(lossless, P) bits, every row of Bᵀ
-    min(lossless, Q); a product whose cap is None keeps its rows as read.  On CUDA, where every
-    product has a cap, with their shifts (:func:`ozaki.scaling.shifts_of`), in one launch per
-    product (kernels.scaling.capped_shifts_kernel), which the pipeline then need not make;
-    elsewhere no shifts (empty)."""
+    min(lossless, Q); a product whose cap is None keeps its rows as read.  On CUDA, for one
+    product with a cap, with its shifts (:func:`ozaki.scaling.shifts_of`), in one launch
+    (kernels.scaling.capped_shifts_kernel), which the pipeline then need not make; a batch's
+    rows are widened together, in a number of launches that does not grow with the batch, and
+    the pipeline makes their shifts in one launch; elsewhere no shifts (empty)."""
+    if len(lines) > 1:
+        return _widened_together(lines, caps), ()
     if not kernels_available(lines[0][0].bits.device) or None in caps:
         return [(line_a.widened(cap[0]), line_b.widened(cap[1])) if cap else (line_a, line_b)
                 for (line_a, line_b), cap in zip(lines, caps)], ()
-    widened, shifts = [], []
-    for (line_a, line_b), (p, q) in zip(lines, caps):
-        (bits_a, shift_a), (bits_b, shift_b) = scaling_kernels.capped_shifts_kernel(
-            (line_a.extents.row_max.reshape(-1), line_a.lossless.reshape(-1), p),
-            (line_b.extents.row_max.reshape(-1), line_b.lossless.reshape(-1), q))
-        widened.append((line_a.with_bits(bits_a.reshape(line_a.bits.shape)),
-                        line_b.with_bits(bits_b.reshape(line_b.bits.shape))))
-        shifts.append((shift_a.reshape(line_a.bits.shape), shift_b.reshape(line_b.bits.shape)))
-    return widened, tuple(shifts)
+    ((line_a, line_b),), ((p, q),) = lines, caps
+    (bits_a, shift_a), (bits_b, shift_b) = scaling_kernels.capped_shifts_kernel(
+        (line_a.extents.row_max.reshape(-1), line_a.lossless.reshape(-1), p),
+        (line_b.extents.row_max.reshape(-1), line_b.lossless.reshape(-1), q))
+    widened = (line_a.with_bits(bits_a.reshape(line_a.bits.shape)), line_b.with_bits(bits_b.reshape(line_b.bits.shape)))
+    return [widened], ((shift_a.reshape(line_a.bits.shape), shift_b.reshape(line_b.bits.shape)),)
 
 
-def _extents(a: torch.Tensor, bt: torch.Tensor, row_a: RowReading | None = None) -> tuple[Extents, Extents]:
+def _widened_together(lines: list[tuple[Line, Line]], caps: tuple[tuple[int, int] | None, ...]
+                      ) -> list[tuple[Line, Line]]:
+    """:func:`widen` of a batch's products: one clamp per side for the whole batch, each
+    product's rows then views of it."""
+    device = lines[0][0].bits.device
+    # Per product and side, its cap, or -1 where it keeps its rows as read.
+    limits = torch.tensor([cap or (-1, -1) for cap in caps], dtype=torch.int64).to(device, non_blocking=True)
+    sides = []
+    for side in range(2):
+        lossless, bits = (torch.stack([getattr(pair[side], name) for pair in lines]) for name in ("lossless", "bits"))
+        limit = limits[:, side].reshape(-1, *(1,) * (lossless.dim() - 1))
+        sides.append(torch.where(limit < 0, bits, torch.minimum(lossless, limit)))
+    return [(line_a.with_bits(sides[0][index]), line_b.with_bits(sides[1][index]))
+            for index, (line_a, line_b) in enumerate(lines)]
+
+
+def _extents(a: torch.Tensor, bt: torch.Tensor, kernels: bool,
+             row_a: RowReading | None = None) -> tuple[Extents, Extents]:
     """The extents of the rows of A and of Bᵀ (:func:`ozaki.scaling.row_extents`): with Triton
     in one pass of ``kernels.scaling`` each (for Bᵀ, B's columns in place: no transposed copy),
     the same integers, so the same bits, shifts, p, q and plan.  A device of a mesh may hold no
@@ -250,18 +278,19 @@ def _extents(a: torch.Tensor, bt: torch.Tensor, row_a: RowReading | None = None)
     "fp64" reading (ozaki.accuracy.row_reading)."""
     if row_a is not None:
         return row_a.extents, scaling_kernels.row_extents_kernel(bt)[0]
-    if kernels_available(a.device):
+    if kernels:
         return scaling_kernels.row_extents_kernel(a, bt)
     return row_extents(a), row_extents(bt)
 
 
-def _lines(a: torch.Tensor, bt: torch.Tensor, accuracy,
-           agreement: Agreement) -> tuple[Line, Line, fp64_rule.CodeSums | None]:
-    """The two sides of one product and, under "fp64", the code sums of its bound on |A'||B'|."""
-    kernels = kernels_available(a.device)
+def _lines(a: torch.Tensor, bt: torch.Tensor, accuracy, agreement: Agreement, *,
+           kernels: bool) -> tuple[Line, Line, fp64_rule.CodeSums | None]:
+    """The two sides of one product (with ``kernels``, the Triton passes) or of a batch of
+    them (in torch, whose passes take batch dimensions) and, under "fp64", the code sums of
+    its bound on |A'||B'|."""
     # Under "fp64" on Triton, A's three passes in one launch where it can make them.
     row_a = fp64_rule.row_reading(a, bt.shape[0], agreement) if kernels and accuracy == "fp64" else None
-    extents_a, extents_b = agreement.extents(*_extents(a, bt, row_a))
+    extents_a, extents_b = agreement.extents(*_extents(a, bt, kernels, row_a))
     if kernels:
         # The lossless widths and the tops of both sides in one launch.
         (lossless_a, top_a), (lossless_b, top_b) = scaling_kernels.exact_bits_kernel(extents_a, extents_b)
@@ -281,7 +310,7 @@ def _lines(a: torch.Tensor, bt: torch.Tensor, accuracy,
 
 
 def _summary(sides: list[tuple[Line, tuple[torch.Tensor, torch.Tensor] | None]],
-             out: torch.Tensor | None, *, per_product: bool = False) -> torch.Tensor:
+             out: torch.Tensor | None, *, kernels: bool, per_product: bool = False) -> torch.Tensor:
     """Both sides' summaries (kernels.scaling.line_summary_kernel), side after side in one
     vector, added by maxima into ``out``; under "fp64" each line's bits are set first, from its
     level (see :func:`_lines`).  In torch where the kernels do not run, the same integers;
@@ -294,7 +323,7 @@ def _summary(sides: list[tuple[Line, tuple[torch.Tensor, torch.Tensor] | None]],
                                           code_sums and tuple(map(lines_of, code_sums)))
              for side, code_sums in sides]
     guard = None if lines[0].level is None else fp64_rule.FP64_GUARD
-    if kernels_available(lines[0].bits.device):
+    if kernels:
         return scaling_kernels.line_summary_kernel(*lines, guard=guard, out=out)
     summary = torch.cat([_torch_summary(line, guard) for line in lines], dim=-1)
     return summary if out is None else torch.maximum(out, summary)

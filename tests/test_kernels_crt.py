@@ -241,6 +241,29 @@ def test_decode_into_rows_of_a_larger_result():
             decode_residues(c, mods, row, col, out=bad)
 
 
+def test_a_batch_decodes_each_product_with_its_own_columns_and_slack():
+    # Three products of 2 rows in one launch, each with its column exponents and slack: the
+    # bits of each decoded alone (the last two overflow, one saturating and one not).
+    mods = MODULI["int8-20"]
+    grid, _, _ = grid_case(mods, "moderate", "batch", rows=6)
+    c = residues_of(grid, mods)
+    cols = len(grid[0])
+    row = torch.tensor([0, -3, 5, 1, 1000, 1000], dtype=torch.int64, device=DEVICE)
+    col = torch.tensor([[0] * cols, [7] * cols, [1100] * cols], dtype=torch.int64, device=DEVICE)
+    slack = (0, 5, 2**40)
+    got = decode_residues(c, mods, row, col, slack=slack)
+    for index in range(3):
+        rows = slice(2 * index, 2 * index + 2)
+        alone = decode_residues(c[:, rows], mods, row[rows], col[index], slack=slack[index])
+        assert same_bits(got[rows], alone)
+    # The last product overflows: saturated where its slack may hide a finite product, inf elsewhere.
+    assert got[4:].isinf().any() and (got[4:].abs() == torch.finfo(torch.float64).max).any()
+    with pytest.raises(ValueError, match="one per product"):
+        decode_residues(c, mods, row, col, slack=(0, 1))
+    with pytest.raises(ValueError, match="col_exponent of shape"):
+        decode_residues(c, mods, row, col[:, None].expand(3, 2, cols).reshape(6, cols)[:4])
+
+
 @settings(max_examples=20, deadline=None)
 @given(data=st.data(), moduli=st.sampled_from(["fp4-plan", "int8-20", "primes-2^22"]),
        row=st.integers(-1250, 1100), col=st.integers(-100, 100))

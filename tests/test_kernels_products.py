@@ -247,6 +247,19 @@ def test_encoded_planes_multiply_without_reading_them(name):
         assert torch.equal(got[index].long().cpu(), exact)
 
 
+def test_a_batch_of_encoded_planes_multiplies_in_one_launch():
+    # [T, B, rows, K] planes: each product's residues those of its planes alone.
+    encodings = plan_encodings("b16-int8-k16384")
+    rng = random.Random(3)
+    planes_a, planes_b = (torch.tensor([[[[rng.randrange(-(e.modulus // 2), e.modulus - e.modulus // 2)
+                                           for _ in range(40)] for _ in range(rows)] for _ in range(3)]
+                                         for e in encodings], dtype=torch.int8, device=DEVICE) for rows in (9, 7))
+    got = encoded_modular_matmul(planes_a, planes_b, encodings)
+    assert got.shape == (len(encodings), 3, 9, 7)
+    for index in range(3):
+        assert torch.equal(got[:, index], encoded_modular_matmul(planes_a[:, index], planes_b[:, index], encodings))
+
+
 def test_encoded_products_reject_planes_that_do_not_fit_the_encodings():
     encodings = plan_encodings("b16-int8-k16384")
     a = torch.zeros((len(encodings), 8, 32), dtype=torch.int8, device=DEVICE)

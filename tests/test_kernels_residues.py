@@ -150,6 +150,18 @@ def test_transposed_view_is_read_in_place(side):
     assert torch.equal(fused(bt, bits, WIDE, side).long(), staged(bt.contiguous(), bits, WIDE, side))
 
 
+def test_a_batch_of_transposed_views_is_read_in_place():
+    # A batch's Bᵀ, (batch, N, K) of a contiguous (batch, K, N): one launch for the batch, each
+    # product's planes those of it alone.
+    rng = np.random.default_rng(6)
+    bt = rows(rng, (3, 150, 9), "phi").transpose(-1, -2)
+    bits = exact_bits(bt)
+    got = fused(bt, bits, WIDE, "b")
+    assert got.shape[1:] == bt.shape
+    for index in range(len(bt)):
+        assert torch.equal(got[:, index], fused(bt[index], bits[index], WIDE, "b"))
+
+
 def _exact_planes(x: torch.Tensor, shift: int, encodings, side: str) -> torch.Tensor:
     """Planes from Python's exact rationals: round(x·2^shift) (ties to even), mod m, table."""
     out = []

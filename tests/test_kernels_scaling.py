@@ -320,7 +320,7 @@ def test_line_summary_equals_the_torch_path(lines, lossy):
     # The torch path, on the CPU: it too sets the bits from the levels, then summarizes.
     want = reading._summary([(reading.Line(kernels.scaling.Extents(side.row_max, torch.zeros_like(side.lossless)),
                                               side.bits, side.lossless, side.level), side.code_sums)
-                              for side in sides], None)
+                              for side in sides], None, kernels=False)
     assert want.tolist() == reference
     assert all(torch.equal(side.bits, bits) for side, bits in zip(sides, kept))
     got = line_summary_kernel(*on_device, guard=guard)

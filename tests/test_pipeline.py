@@ -3,7 +3,9 @@
 Not on the moduli, not on the other rows in the batch, not on the thread that computes them.
 """
 
+import collections
 import math
+import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -11,6 +13,7 @@ import pytest
 import torch
 
 import kernels.crt
+import kernels.dispatch
 import ozaki
 import ozaki.catalog
 from exact_reference import round_dyadic as _correctly_rounded
@@ -353,12 +356,81 @@ def test_streamed_blocks_give_the_unblocked_bits(fused_path, monkeypatch, digits
     reference = ozaki.matmul(a, b, engine="reference", accuracy=accuracy)
     heights = _blocks_of(monkeypatch, m)
     whole = fused_path(a, b, engine=digits, accuracy=accuracy)
-    assert heights == [m] * math.prod(batch)
+    # A batch of products that fit whole decodes in one launch.
+    assert heights == [m * math.prod(batch)]
     heights = _blocks_of(monkeypatch, rows)
     streamed = fused_path(a, b, engine=digits, accuracy=accuracy)
     assert heights == [min(rows, m - start) for start in range(0, m, rows)] * math.prod(batch)
     assert np.array_equal(whole.view(np.uint64), reference.view(np.uint64))
     assert np.array_equal(streamed.view(np.uint64), reference.view(np.uint64))
+
+
+def _batch_of_scales(rng, broadcast: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Six products 9×40×7 of different scales and spreads (one of a single spread), over one B
+    broadcast or a B per product."""
+    scales = np.array([1e-100, 1.0, 1e50, 1e-3, 1e200, 1.0])[:, None, None]
+    a = _spread(rng, (6, 9, 40), 2.0) * scales
+    a[3] = _spread(rng, (9, 40), 0.0) * 1e-3
+    b = _spread(rng, (40, 7), 1.0) if broadcast else _spread(rng, (6, 40, 7), 1.0) * scales[::-1]
+    return a, b
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("digits", "accuracy", "broadcast"), [
+    ("int8", "fp64", False), ("int8", "fp64", True), ("fp8", "exact", False), ("int8", 30, True),
+])  # fmt: skip
+def test_the_fused_batch_gives_each_product_its_bits_alone(fused_path, digits, accuracy, broadcast):
+    """The fused stages run a batch in one launch each; every product keeps the bits it has
+    alone (the reference engine's, every engine's)."""
+    a, b = _batch_of_scales(np.random.default_rng(23), broadcast)
+    batch = fused_path(a, b, accuracy=accuracy, engine=digits)
+    alone = np.stack([ozaki.matmul(a[i], b if broadcast else b[i], accuracy=accuracy, engine="reference")
+                      for i in range(len(a))])
+    assert np.array_equal(batch.view(np.uint64), alone.view(np.uint64))
+
+
+def _triton_launches(monkeypatch) -> collections.Counter:
+    """Counts the Triton launches of every kernel module from now on, by kernel name."""
+    counts, launch = collections.Counter(), kernels.dispatch.launch
+
+    def counted(kernel, grid, *args, **kwargs):
+        counts[getattr(kernel, "fn", kernel).__name__] += 1
+        return launch(kernel, grid, *args, **kwargs)
+
+    for module in list(sys.modules.values()):
+        if getattr(module, "__name__", "").startswith("kernels.") and getattr(module, "launch", None) is launch:
+            monkeypatch.setattr(module, "launch", counted)
+    return counts
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("accuracy", ["fp64"])
+def test_a_batch_of_small_products_launches_as_one_product_does(fused_path, monkeypatch, accuracy):
+    """The read, the encodes, the plane GEMMs and the decode of a batch of small products take
+    the batch whole: as many Triton launches for 7 products as for 2 (on a GPU, CUDA kernels
+    too, counted by the profiler)."""
+    rng = np.random.default_rng(29)
+    counts = _triton_launches(monkeypatch)
+    launched = []
+    for batch in (2, 7):
+        a, b = _spread(rng, (batch, 12, 24), 1.0), _spread(rng, (batch, 24, 10), 1.0)
+        counts.clear()
+        fused_path(a, b, accuracy=accuracy, engine="int8")
+        launched.append(dict(counts))
+    assert launched[0] == launched[1]
+    assert {"_encode_kernel", "_plane_gemm_kernel", "_decode_kernel"} <= set(launched[0])
+    if torch.cuda.is_available():
+        kernels_run = []
+        for batch in (2, 7):
+            a, b = (torch.from_numpy(_spread(rng, shape, 1.0)).cuda() for shape in ((batch, 12, 24), (batch, 24, 10)))
+            ozaki.matmul(a, b, accuracy=accuracy, engine="int8")  # compiled and tuned before the count
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
+                ozaki.matmul(a, b, accuracy=accuracy, engine="int8")
+                torch.cuda.synchronize()
+            kernels_run.append(sum(event.device_type == torch.autograd.DeviceType.CUDA
+                                   and "memcpy" not in event.name.lower() and "memset" not in event.name.lower()
+                                   for event in profile.events()))
+        assert kernels_run[0] == kernels_run[1]
 
 
 @pytest.mark.gpu

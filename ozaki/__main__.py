@@ -16,6 +16,7 @@ from . import bench
 from .bench.common import accuracy, finite_float, int_at_least, int_list, known_names, positive_int
 from .exact import exact_matmul
 from .frontend import matmul
+from .operands import complex_embedding
 from .planning import PLAN_ENGINES
 
 __all__ = ["main"]
@@ -41,13 +42,35 @@ def _progress(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-def _demo(args: argparse.Namespace) -> int:
-    n, cuda = args.n, args.device.type == "cuda"
-    _progress(f"making two {n}x{n} matrices")
-    rng = np.random.default_rng(args.seed)
-    a, b = ((rng.random((n, n)) - 0.5) * np.exp(args.phi * rng.standard_normal((n, n))) for _ in range(2))
-    ta, tb = torch.from_numpy(a).to(args.device), torch.from_numpy(b).to(args.device)
+# The demo's complex product is at most this size: a glimpse, beside the real one it is about.
+_COMPLEX_N = 256
 
+
+def _demo(args: argparse.Namespace) -> int:
+    n = args.n
+    rng = np.random.default_rng(args.seed)
+    _progress(f"making two {n}x{n} matrices")
+    a, b = (_entries(rng, (n, n), args.phi) for _ in range(2))
+    _compared(a, b, args, f"C = A @ B, n = {n}, entries (rand-0.5)*exp({args.phi}*randn), device {args.device}",
+              "native float64")
+    side = min(n, _COMPLEX_N)
+    _progress(f"making two complex {side}x{side} matrices")
+    a, b = (_entries(rng, (side, side), args.phi) + 1j * _entries(rng, (side, side), args.phi) for _ in range(2))
+    print()
+    _compared(a, b, args, f"complex C = A @ B, n = {side}, each part (rand-0.5)*exp({args.phi}*randn), "
+              f"device {args.device}", "native complex128")
+    return 0
+
+
+def _entries(rng: np.random.Generator, shape: tuple[int, int], phi: float) -> np.ndarray:
+    return (rng.random(shape) - 0.5) * np.exp(phi * rng.standard_normal(shape))
+
+
+def _compared(a: np.ndarray, b: np.ndarray, args: argparse.Namespace, title: str, native: str) -> None:
+    """Times ozaki.matmul and the native product of a and b on the demo's device, and prints both
+    with their relative errors on a block against the exact product (a complex one's per part)."""
+    n, cuda = a.shape[0], args.device.type == "cuda"
+    ta, tb = torch.from_numpy(a).to(args.device), torch.from_numpy(b).to(args.device)
     # The first call loads the catalog; on a GPU it also compiles the kernels and tunes them
     # for this shape, so it runs once untimed on the full inputs.
     if cuda:
@@ -57,7 +80,7 @@ def _demo(args: argparse.Namespace) -> int:
         _progress("first call, untimed (loads the catalog)")
         matmul(ta[:64, :64], tb[:64, :64])
     timings = {}
-    for name, product in (("ozaki.matmul", lambda: matmul(ta, tb)), ("native float64", lambda: ta @ tb)):
+    for name, product in (("ozaki.matmul", lambda: matmul(ta, tb)), (native, lambda: ta @ tb)):
         _progress(f"timing {name}")
         start = time.perf_counter()
         result = product()
@@ -68,14 +91,18 @@ def _demo(args: argparse.Namespace) -> int:
     side = min(16, n)
     block = slice(0, side)
     _progress(f"exact reference of a {side}x{side} block")
-    reference = exact_matmul(a[block], b[:, block])
-    print(f"C = A @ B, n = {n}, entries (rand-0.5)*exp({args.phi}*randn), device {args.device}")
-    print(f"{'method':<16} {'time (s)':>10} {'max rel. error':>16} {'median rel. error':>18}   "
-          f"({side}x{side} block vs exact)")
+    # A complex product's parts are those of its real embedding's product, [Re C | Im C].
+    real_a, real_b, _ = complex_embedding(torch.from_numpy(a[block]), torch.from_numpy(b[:, block]))
+    reference = exact_matmul(real_a.numpy(), real_b.numpy())
+    print(title)
+    print(f"{'method':<18} {'time (s)':>10} {'max rel. error':>16} {'median rel. error':>18}   "
+          f"({side}x{side} block vs exact{', each part' if np.iscomplexobj(a) else ''})")
     for name, (seconds, result) in timings.items():
-        error = np.abs(result[block, block] - reference) / np.abs(reference)
-        print(f"{name:<16} {seconds:>10.3f} {error.max():>16.2e} {np.median(error):>18.2e}")
-    return 0
+        got = result[block, block]
+        if np.iscomplexobj(got):
+            got = np.concatenate([got.real, got.imag], axis=-1)
+        error = np.abs(got - reference) / np.abs(reference)
+        print(f"{name:<18} {seconds:>10.3f} {error.max():>16.2e} {np.median(error):>18.2e}")
 
 
 def _warmup(args: argparse.Namespace) -> int:
@@ -99,8 +126,9 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m ozaki", description="FP64 matrix products emulated on low-precision tensor cores.",
         epilog="python -m ozaki COMMAND -h lists a command's options.")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
-    demo = commands.add_parser("demo", help="an emulated FP64 product, timed and checked against the exact one",
-                               description="An emulated FP64 product, checked.")
+    demo = commands.add_parser("demo", help="an emulated FP64 product and a small complex one, timed and checked "
+                                            "against the exact ones",
+                               description="An emulated FP64 product and a small complex one, checked.")
     demo.add_argument("--n", type=positive_int, default=1024, help="matrix size (default 1024)")
     demo.add_argument("--phi", type=finite_float, default=0.5,
                       help="exponent spread: entries (rand-0.5)*exp(phi*randn) (default 0.5)")

@@ -7,6 +7,16 @@
     call     = plan + encode + products + decode − overlap
     DGEMM    = 2MNK / fp64 rate
 
+A batch of B products (…, M, K) @ (…, K, N) runs each stage once over the whole batch (the batch a
+grid dimension of its launches): every size-dependent term above times B, each fixed part and
+the overlap once per call; its native product is cuBLAS's strided-batched DGEMM, B·2MNK at the
+fp64 rate.  A complex product with both operands complex runs as its real embedding, an
+M×2K×2N product (``ozaki.operands.complex_embedding``) whose traffic the stages above count;
+its plane GEMMs form ``complex_blocks`` of the embedding's four K×N blocks (three in Karatsuba's
+form, ``ozaki.planning.ProductPlan.complex_blocks``), so the products' arithmetic is that share
+of 2·M·2K·2N.  Its native product is ZGEMM, 8MNK: four real products at the fp64 rate.  (A real
+operand against a complex one is a batch of two real products, judged as such.)
+
 The plan is what ``accuracy="fp64"`` reads before any residue exists (``ozaki.accuracy``):
 three passes over the float64 operands (extents, which show NaN and inf too; upper code sums;
 lower codes) writing one int8 code per entry, one int8 GEMM of codes on the plane-GEMM kernel
@@ -36,7 +46,7 @@ from typing import NamedTuple
 __all__ = [
     "DEVICES", "EMULATION_MARGIN", "H100_RECORD", "H200_RECORD", "PLANNED_SHARE", "RECORDS", "RESIDUE_BYTES", "Device",
     "Prediction", "Profile", "Verdict", "device_key", "dgemm_seconds", "predict", "profile_for", "stream_rows",
-    "verdict", "workspace_bytes",
+    "verdict", "workspace_bytes", "zgemm_seconds",
 ]  # fmt: skip
 
 
@@ -160,9 +170,10 @@ class Profile:
 
 @dataclass(frozen=True)
 class Prediction:
-    """Predicted seconds per stage of one emulated product, each as timed between synchronisations,
-    and ``overlap``, what a whole call takes less than its stages timed so (the host's latency at
-    each stage boundary, which a call hides behind the device's work)."""
+    """Predicted seconds per stage of one emulated call (a product or a batch of them), each as
+    timed between synchronisations, and ``overlap``, what a whole call takes less than its stages
+    timed so (the host's latency at each stage boundary, which a call hides behind the device's
+    work)."""
 
     plan: float
     encode: float
@@ -178,19 +189,28 @@ class Prediction:
 
 @dataclass(frozen=True)
 class Verdict:
-    """The model's comparison for one product: ``native`` when DGEMM is predicted faster."""
+    """The model's comparison for one call: ``native`` when the native product is predicted
+    faster; ``native_seconds`` its predicted time, of DGEMM (strided-batched over ``batch``
+    products), or of ZGEMM where ``zgemm`` (a product of two complex operands)."""
 
     native: bool
     emulated: Prediction
-    dgemm: float
+    native_seconds: float
     profile: str
+    batch: int = 1
+    zgemm: bool = False
 
     def __str__(self) -> str:
         e = self.emulated
-        return (f"predicted emulation {e.total:.3g} s (plan {e.plan:.3g}, encode {e.encode:.3g}, products "
-                f"{e.products:.3g}, decode {e.decode:.3g}, less {e.overlap:.3g} overlapped) "
+        products = f" of {self.batch} products" if self.batch != 1 else ""
+        kind = "ZGEMM" if self.zgemm else "DGEMM"
+        native = kind if self.batch == 1 else f"strided-batched {kind}{products}"
+        rate = " (4 real products at the DGEMM rate)" if self.zgemm else ""
+        fixed = ", fixed costs once for the batch" if self.batch != 1 else ""
+        return (f"predicted emulation{products} {e.total:.3g} s (plan {e.plan:.3g}, encode {e.encode:.3g}, products "
+                f"{e.products:.3g}, decode {e.decode:.3g}, less {e.overlap:.3g} overlapped{fixed}) "
                 f"{'>' if self.native else '<='} {EMULATION_MARGIN} x "
-                f"DGEMM {self.dgemm:.3g} s on {self.profile}")
+                f"{native} {self.native_seconds:.3g} s{rate} on {self.profile}")
 
 
 def _encode_traffic(m: int, k: int, n: int, planes: int, plane_bytes: float) -> float:
@@ -215,10 +235,13 @@ def _plan_traffic(m: int, k: int, n: int) -> float:
 _CODE_GEMMS = 1
 
 
-def predict(profile: Profile, m: int, k: int, n: int, *, digits: str, planes: int, moduli: int) -> Prediction | None:
-    """Seconds per stage of the emulated M×K×N product with ``planes`` plane GEMMs over
-    ``moduli`` moduli in ``digits`` ("reference": float64 GEMMs of residues); None where the
-    device has no rate for those digits."""
+def predict(profile: Profile, m: int, k: int, n: int, *, digits: str, planes: int, moduli: int, batch: int = 1,
+            complex_blocks: int = 0) -> Prediction | None:
+    """Seconds per stage of the emulated M×K×N product, or of a ``batch`` of them in one call,
+    with ``planes`` plane GEMMs over ``moduli`` moduli in ``digits`` ("reference": float64 GEMMs
+    of residues); None where the device has no rate for those digits.  ``complex_blocks`` (3 or
+    4; 0 for a real product): the M×K×N product is a complex product's real embedding, whose
+    plane GEMMs form that many of its four K/2×N/2 blocks."""
     rate = profile.fp64 if digits == "reference" else profile.rates.get(digits)
     # The code GEMM is int8; a device without int8 units worth using (the B300) is taken at its
     # fastest tensor unit, where a port would run it.
@@ -227,19 +250,30 @@ def predict(profile: Profile, m: int, k: int, n: int, *, digits: str, planes: in
         return None
     bandwidth = profile.bandwidth
     fixed = profile.overhead
+    share = complex_blocks / 4 if complex_blocks else 1
     return Prediction(
-        plan=_plan_traffic(m, k, n) / (bandwidth * profile.plan_efficiency) + _CODE_GEMMS * 2 * m * n * k / code_rate
-        + fixed.get("plan", 0.0),
-        encode=_encode_traffic(m, k, n, planes, PLANE_BYTES[digits]) / (bandwidth * profile.encode_efficiency)
+        plan=batch * (_plan_traffic(m, k, n) / (bandwidth * profile.plan_efficiency)
+                      + _CODE_GEMMS * 2 * m * n * k / code_rate) + fixed.get("plan", 0.0),
+        encode=batch * _encode_traffic(m, k, n, planes, PLANE_BYTES[digits]) / (bandwidth * profile.encode_efficiency)
         + fixed.get("encode", 0.0),
-        products=planes * 2 * m * n * k / rate + moduli * m * n * RESIDUE_BYTES / bandwidth + fixed.get("products", 0.0),
-        decode=_decode_traffic(m, n, moduli) / (bandwidth * profile.decode_efficiency) + fixed.get("decode", 0.0),
+        products=batch * (share * planes * 2 * m * n * k / rate + moduli * m * n * RESIDUE_BYTES / bandwidth)
+        + fixed.get("products", 0.0),
+        decode=batch * _decode_traffic(m, n, moduli) / (bandwidth * profile.decode_efficiency)
+        + fixed.get("decode", 0.0),
         overlap=fixed.get("overlap", 0.0),
     )
 
 
-def dgemm_seconds(profile: Profile, m: int, k: int, n: int) -> float:
-    return 2 * m * n * k / profile.fp64
+def dgemm_seconds(profile: Profile, m: int, k: int, n: int, batch: int = 1) -> float:
+    """Native float64 matmul of a ``batch`` of M×K×N products (cuBLAS's strided-batched DGEMM)."""
+    return batch * 2 * m * n * k / profile.fp64
+
+
+def zgemm_seconds(profile: Profile, m: int, k: int, n: int, batch: int = 1) -> float:
+    """Native complex128 matmul of a ``batch`` of complex M×K×N products: ZGEMM's four real
+    products.  They take the DGEMM rate until recorded ZGEMM runs fit one of its own: no run of
+    :data:`RECORDS` times ZGEMM (``python -m ozaki bench --dtype complex128`` does)."""
+    return 4 * dgemm_seconds(profile, m, k, n, batch)
 
 
 # The emulation is chosen where it is predicted this much faster than DGEMM or more.  On the
@@ -252,15 +286,21 @@ def dgemm_seconds(profile: Profile, m: int, k: int, n: int) -> float:
 EMULATION_MARGIN = 0.95
 
 
-def verdict(profile: Profile, m: int, k: int, n: int, *, digits: str, planes: int, moduli: int) -> Verdict | None:
-    """Whether native DGEMM is taken: unless the emulation is predicted faster by
-    :data:`EMULATION_MARGIN`; None where the model has no rate for ``digits`` on this device
-    (it then makes no claim)."""
-    emulated = predict(profile, m, k, n, digits=digits, planes=planes, moduli=moduli)
+def verdict(profile: Profile, m: int, k: int, n: int, *, digits: str, planes: int, moduli: int, batch: int = 1,
+            complex_blocks: int = 0) -> Verdict | None:
+    """Whether the native product is taken: unless the emulation (:func:`predict`, the same
+    arguments) is predicted faster by :data:`EMULATION_MARGIN`; None where the model has no
+    rate for ``digits`` on this device (it then makes no claim).  The native product is DGEMM,
+    or, for a complex product's embedding (``complex_blocks``), ZGEMM of the complex
+    M×K/2×N/2 product."""
+    emulated = predict(profile, m, k, n, digits=digits, planes=planes, moduli=moduli, batch=batch,
+                       complex_blocks=complex_blocks)
     if emulated is None:
         return None
-    dgemm = dgemm_seconds(profile, m, k, n)
-    return Verdict(emulated.total > EMULATION_MARGIN * dgemm, emulated, dgemm, profile.name)
+    native = (zgemm_seconds(profile, m, k // 2, n // 2, batch) if complex_blocks
+              else dgemm_seconds(profile, m, k, n, batch))
+    return Verdict(emulated.total > EMULATION_MARGIN * native, emulated, native, profile.name, batch,
+                   complex_blocks > 0)
 
 
 # The emulation's workspace: at most twice the bytes of its float64 A, B and C.

@@ -2,6 +2,8 @@
 
     C = ozaki.distributed.matmul(A, B)        # A (M, K), B (K, N): float64 DTensors of one 1-D mesh
 
+(or two complex128 DTensors: each rank multiplies the real embedding of its shards, below).
+
 A distributed DGEMM changes its bits with the number of ranks: a split K adds float partial
 sums in another order.  Ozaki scheme II partial products are integers, so a split K is summed
 exactly, and every rank makes the plan one device would make of the gathered matrices
@@ -53,6 +55,17 @@ that holds the largest value the whole sum can reach, written w(bound):
   (padded like the residues) more: uint8 flags of a NaN, +inf or −inf term; and the plan
   reads the zeroed operands again, so everything above moves twice.
 * a gather: 8·⌈S/W⌉·T bytes for an S × T operand sharded along S.
+
+Complex128 operands: each rank multiplies the real embedding of its (gathered, sliced) shards,
+A_e (M, 2K) with each entry's real and imaginary part side by side (``torch.view_as_real``) and
+B_e (2K, 2N) with the block [[Re b, Im b], [−Im b, Re b]] of each b_kj, whose product holds each
+c_ij's two parts side by side, a view of the complex result.  A rank's rows, columns or share of
+K are then a contiguous block of the embedding's, so each placement runs as on a real product of
+M×2K×2N (every figure above with 2K and 2N, but a gather moves 16 bytes an entry and a
+reduce-scatter to Shard(1) pads to W·⌈N/W⌉ whole entries, 2W·⌈N/W⌉ columns); the embedding is
+``ozaki.operands.complex_embedding``'s with K and N permuted, which moves no statistic the plan
+reads (maxima, minima and exact sums over lines) and no entry's integers, so the result has the
+bits of ``ozaki.matmul`` of the gathered complex matrices.
 
 Every integer that crosses the network has a bound computed beforehand, and a sum past the
 widest type raises ValueError: nothing is rounded or wraps.
@@ -128,7 +141,8 @@ def traffic():
 class _Layout:
     """How one product is spread over a 1-D mesh: which axis of the product the ranks split
     (``split``: "rows", "columns", "k" or None), the operand gathered first (``gather``), the
-    whole shape and the output's placement."""
+    whole shape, the output's placement and the real numbers per entry (``parts``: 2 for a
+    complex product, which runs as its real embedding)."""
 
     mesh: object
     rank: int
@@ -138,6 +152,7 @@ class _Layout:
     split: str | None
     gather: str | None
     out: Replicate | Shard
+    parts: int = 1
 
     @property
     def group(self):
@@ -149,9 +164,21 @@ class _Layout:
         start = min(self.rank * step, size)
         return slice(start, min(start + step, size))
 
+    @property
+    def real_shape(self) -> tuple[int, int, int]:
+        """(M, K, N) of the real product each rank's share belongs to: a complex product's embedding's."""
+        m, k, n = self.shape
+        return m, self.parts * k, self.parts * n
+
+    def real_chunk(self, size: int) -> slice:
+        """This rank's part of a dimension of ``size`` entries, in the real product's numbers
+        (a complex entry's two parts side by side)."""
+        part = self.chunk(size)
+        return slice(self.parts * part.start, self.parts * part.stop)
+
 
 def matmul(a: DTensor, b: DTensor, *, accuracy="fp64", engine: str = "auto", out_placement=None) -> DTensor:
-    """``a @ b`` for float64 DTensors of one 1-D device mesh, with the bits of one device.
+    """``a @ b`` for float64 (or complex128) DTensors of one 1-D device mesh, with the bits of one device.
 
     The result is a DTensor on that mesh with the bits of ``ozaki.matmul`` of the gathered
     matrices on one device (see the module docstring for the placements, the bytes each moves
@@ -161,8 +188,8 @@ def matmul(a: DTensor, b: DTensor, *, accuracy="fp64", engine: str = "auto", out
     Parameters
     ----------
     a, b : torch.distributed.tensor.DTensor
-        float64 matrices (M, K) and (K, N) of one 1-D device mesh, each placed Shard(0),
-        Shard(1) or Replicate().
+        float64 (or both complex128) matrices (M, K) and (K, N) of one 1-D device mesh, each
+        placed Shard(0), Shard(1) or Replicate().
     accuracy : {"fp64", "exact"} or int, default "fp64"
         As :func:`ozaki.matmul`'s.
     engine : {"auto", "reference", "int8", "fp8", "fp4"}, default "auto"
@@ -176,12 +203,13 @@ def matmul(a: DTensor, b: DTensor, *, accuracy="fp64", engine: str = "auto", out
     Returns
     -------
     torch.distributed.tensor.DTensor
-        The (M, N) float64 product on the operands' mesh.
+        The (M, N) float64 (complex128) product on the operands' mesh.
 
     Raises
     ------
     TypeError
-        An operand is not a DTensor or not float64.
+        An operand is not a DTensor or neither float64 nor complex128, or one is complex and
+        the other not.
     ValueError
         Operands of different meshes or of a mesh of more than one dimension, Partial or
         other placements, an ``out_placement`` the product cannot take, shapes that do not
@@ -207,15 +235,20 @@ def matmul(a: DTensor, b: DTensor, *, accuracy="fp64", engine: str = "auto", out
     check_options(accuracy, engine)
     layout = _layout(a, b, out_placement)
     a_local, b_local = _local_operands(a, b, layout)
+    if layout.parts == 2:
+        a_local, b_local = _embedded(a_local, b_local)
     agreement = ONE_DEVICE if layout.split is None else _MeshAgreement(layout, a_local.device)
     call = pipeline.prepare(a_local, b_local, accuracy, engine, agreement, early=False)
     if layout.split == "k":
         local = _k_split_product(call, a_local, b_local, layout)
     else:
         local = _local_product(call, a_local, b_local)
+    local = local.contiguous()
+    if layout.parts == 2:
+        local = torch.view_as_complex(local.unflatten(-1, (-1, 2)))
     m, _, n = layout.shape
-    return DTensor.from_local(local.contiguous(), layout.mesh, [layout.out], run_check=False,
-                              shape=torch.Size((m, n)), stride=(n, 1))
+    return DTensor.from_local(local, layout.mesh, [layout.out], run_check=False, shape=torch.Size((m, n)),
+                              stride=(n, 1))
 
 
 # -------------------------------------------------------------------------------------------
@@ -230,11 +263,15 @@ def _layout(a, b, out_placement) -> _Layout:
             raise TypeError(f"{name} is a {type(x).__name__}, not a DTensor: ozaki.distributed.matmul multiplies two "
                             "DTensors of one mesh (torch.distributed.tensor.distribute_tensor places a tensor on it); "
                             "for tensors on one device use ozaki.matmul")
-        if x.dtype != torch.float64:
-            raise TypeError(f"{name} has dtype {x.dtype}: distributed products take float64 DTensors; convert it with "
-                            f"{name}.to(torch.float64)")
+        if x.dtype not in (torch.float64, torch.complex128):
+            raise TypeError(f"{name} has dtype {x.dtype}: distributed products take float64 (or complex128) DTensors; "
+                            f"convert it with {name}.to(torch.float64)")
         if x.dim() != 2:
             raise ValueError(f"{name} has {x.dim()} dimensions: distributed products take matrices (2-D DTensors)")
+    if a.dtype != b.dtype:
+        real = "a" if b.is_complex() else "b"
+        raise TypeError(f"a is {a.dtype} and b {b.dtype}: distributed products take two float64 or two complex128 "
+                        f"DTensors; convert {real} with {real}.to(torch.complex128)")
     mesh = a.device_mesh
     if b.device_mesh != mesh:
         raise ValueError(f"a and b lie on different device meshes ({mesh} and {b.device_mesh}): place both on one "
@@ -258,7 +295,8 @@ def _layout(a, b, out_placement) -> _Layout:
         raise ValueError(f"out_placement={out_placement!r}: the output of this product is {natural!r}, as its "
                          f"{split or 'operands'} are placed; redistribute the result (only a split K decides it)")
     rank, world = mesh.get_local_rank(), mesh.size()
-    layout = _Layout(mesh, rank, world, (a.shape[0], a.shape[1], b.shape[1]), (kind_a, kind_b), split, gather, out)
+    layout = _Layout(mesh, rank, world, (a.shape[0], a.shape[1], b.shape[1]), (kind_a, kind_b), split, gather, out,
+                     2 if a.is_complex() else 1)
     for name, x, dim in (("a", a, 0 if kind_a == "rows" else 1), ("b", b, 0 if kind_b == "k" else 1)):
         expected = list(x.shape)
         if type(x.placements[0]) is Shard:
@@ -280,6 +318,14 @@ def _kind(placement, name: str, shard_kinds: tuple[str, str]) -> str | None:
     raise ValueError(f"{name} is placed {placement!r}: distributed products take Shard(0), Shard(1) or Replicate(); "
                      f"reduce or redistribute it first, e.g. {name}.redistribute(mesh, [Replicate()]) (the float64 "
                      "sum of a Partial depends on the order of the ranks)")
+
+
+def _embedded(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The real operands whose product holds the complex a (M, K) @ b (K, N) with each entry's
+    two parts side by side (see the module docstring): A_e (M, 2K), B_e (2K, 2N)."""
+    (m, k), n = a.shape, b.shape[1]
+    blocks = torch.stack([torch.stack([b.real, b.imag], dim=-1), torch.stack([-b.imag, b.real], dim=-1)], dim=1)
+    return torch.view_as_real(a).reshape(m, 2 * k), blocks.reshape(2 * k, 2 * n)
 
 
 def _local_operands(a: DTensor, b: DTensor, layout: _Layout) -> tuple[torch.Tensor, torch.Tensor]:
@@ -325,17 +371,23 @@ def _gathered(local: torch.Tensor, dim: int, shape, layout: _Layout) -> torch.Te
     padded[: local.shape[dim]] = local.movedim(dim, 0)
     whole = local.new_empty((layout.world * step, shape[1 - dim]))
     _record("all_gather", "operand", padded)
-    dist.all_gather_into_tensor(whole, padded, group=layout.group)
+    # Complex shards travel as their float64 parts: the collective takes real types.
+    if local.is_complex():
+        dist.all_gather_into_tensor(torch.view_as_real(whole), torch.view_as_real(padded), group=layout.group)
+    else:
+        dist.all_gather_into_tensor(whole, padded, group=layout.group)
     return whole[: shape[dim]].movedim(0, dim)
 
 
 def _reduced(x: torch.Tensor, op: str, purpose: str, layout: _Layout) -> torch.Tensor:
-    """This rank's block of the output of ``op`` over the ranks of x (…, M, N): the whole of it
-    by an all-reduce for a replicated output, its rows (columns) by a reduce-scatter of equal
-    blocks of ⌈M/W⌉ rows (⌈N/W⌉ columns) for a sharded one."""
+    """This rank's block of the output of ``op`` over the ranks of x (…, M, N·parts): the whole
+    of it by an all-reduce for a replicated output, its rows (columns) by a reduce-scatter of
+    equal blocks of ⌈M/W⌉ rows (⌈N/W⌉ columns, of a complex entry's two parts each) for a
+    sharded one."""
     if type(layout.out) is Replicate:
         return _all_reduce(x, op, purpose, layout)
-    dim = x.dim() - 2 + layout.out.dim
+    x = x.unflatten(-1, (-1, layout.parts))
+    dim = x.dim() - 3 + layout.out.dim
     size, step = x.shape[dim], -(-x.shape[dim] // layout.world)
     moved = x.movedim(dim, 0)
     padded = moved.new_zeros((layout.world * step, *moved.shape[1:]))
@@ -344,7 +396,7 @@ def _reduced(x: torch.Tensor, op: str, purpose: str, layout: _Layout) -> torch.T
     _record("reduce_scatter", purpose, padded)
     dist.reduce_scatter_tensor(block, padded, op=_OPS[op], group=layout.group)
     part = layout.chunk(size)
-    return block[: part.stop - part.start].movedim(0, dim)
+    return block[: part.stop - part.start].movedim(0, dim).flatten(-2)
 
 
 def _wire_type(bound: int) -> torch.dtype:
@@ -366,7 +418,7 @@ class _MeshAgreement(Agreement):
         self._layout, self._device = layout, device
 
     def whole_shape(self, m: int, k: int, n: int) -> tuple[int, int, int]:
-        return self._layout.shape
+        return self._layout.real_shape
 
     def extents(self, extents_a: Extents, extents_b: Extents) -> tuple[Extents, Extents]:
         if self._layout.split != "k":
@@ -411,9 +463,10 @@ def _local_product(call: pipeline.Call, a: torch.Tensor, b: torch.Tensor) -> tor
 def _k_split_product(call: pipeline.Call, a: torch.Tensor, b: torch.Tensor, layout: _Layout) -> torch.Tensor:
     """K split: this rank's block of C = diag(2^-s)·Σ_r A'^(r)B'^(r)·diag(2^-t), rounded once."""
     plan = call.plan
-    m, k, n = layout.shape
+    m, k, n = layout.real_shape
     rows, columns = ((layout.chunk(m), slice(0, n)) if layout.out == Shard(0) else
-                     (slice(0, m), layout.chunk(n)) if layout.out == Shard(1) else (slice(0, m), slice(0, n)))
+                     (slice(0, m), layout.real_chunk(layout.shape[2])) if layout.out == Shard(1) else
+                     (slice(0, m), slice(0, n)))
     if plan.path == "native":
         # DGEMM of this rank's share of K, summed in float64: bits that depend on the ranks.
         return _reduced(torch.matmul(a, b), "sum", "float64 partial products", layout)

@@ -265,27 +265,49 @@ def moduli_for(engine: str, k: int, min_product: int, device: torch.device) -> M
 
 
 def native_verdict(shape: Shape, accuracy: Accuracy, engine: str, profile: cost.Profile | None,
-                   moduli: Moduli | None = None) -> cost.Verdict | None:
-    """The cost model's verdict (:mod:`ozaki.cost`) on emulating the whole product of ``shape``
-    with ``moduli`` (default: the plan for rows of 53 bits, which general float64 data needs)
-    against native DGEMM, or None where native is no option: only ``engine="auto"`` with
+                   moduli: Moduli | None = None, complex_blocks: int | None = None) -> cost.Verdict | None:
+    """The cost model's verdict (:mod:`ozaki.cost`) on emulating the whole call of ``shape`` (its
+    batch of products, each the whole product where this device holds a share of it) with
+    ``moduli`` (default: the plan for rows of 53 bits, which general float64 data needs) against
+    the native product, or None where native is no option: only ``engine="auto"`` with
     ``accuracy="fp64"`` may run native float64 matmul, as "exact", a number of bits and an
     explicit engine promise the emulated bits; only on a device with a cost ``profile``
-    (:func:`device_profile`; on the CPU auto is the reference engine, see moduli_for)."""
+    (:func:`device_profile`; on the CPU auto is the reference engine, see moduli_for).  A
+    product of two complex operands is judged against ZGEMM, its embedding's plane GEMMs as
+    ``complex_blocks`` block products (default: those the moduli run, :func:`_complex_blocks`)."""
     m, k, n = shape.whole
-    if engine != "auto" or accuracy != "fp64" or min(m, k, n) < 1 or profile is None:
+    if engine != "auto" or accuracy != "fp64" or min(m, k, n, shape.batch) < 1 or profile is None:
         return None
     if moduli is None:
-        return _general_verdict(profile, m, k, n, shape.device.type)
-    return cost.verdict(profile, m, k, n, digits=moduli.engine, planes=moduli.planes, moduli=len(moduli.moduli))
+        return _general_verdict(profile, m, k, n, shape.batch, shape.complex, shape.device.type)
+    if complex_blocks is None:
+        complex_blocks = _complex_blocks(shape.complex, moduli, shape.device)
+    return cost.verdict(profile, m, k, n, digits=moduli.engine, planes=moduli.planes, moduli=len(moduli.moduli),
+                        batch=shape.batch, complex_blocks=complex_blocks)
 
 
 @functools.lru_cache(maxsize=1024)
-def _general_verdict(profile: cost.Profile, m: int, k: int, n: int, device_type: str) -> cost.Verdict | None:
+def _general_verdict(profile: cost.Profile, m: int, k: int, n: int, batch: int, complex: str | None,
+                     device_type: str) -> cost.Verdict | None:
     """The verdict for rows of 53 bits, a function of the shape alone: kept, so that a call
     the shape sends to native DGEMM costs a lookup, not a plan."""
-    moduli = moduli_for("auto", k, crt_capacity(k, SIGNIFICAND_BITS, SIGNIFICAND_BITS), torch.device(device_type))
-    return cost.verdict(profile, m, k, n, digits=moduli.engine, planes=moduli.planes, moduli=len(moduli.moduli))
+    device = torch.device(device_type)
+    moduli = moduli_for("auto", k, crt_capacity(k, SIGNIFICAND_BITS, SIGNIFICAND_BITS), device)
+    return cost.verdict(profile, m, k, n, digits=moduli.engine, planes=moduli.planes, moduli=len(moduli.moduli),
+                        batch=batch, complex_blocks=_complex_blocks(complex, moduli, device))
+
+
+def _complex_blocks(complex: str | None, moduli: Moduli, device: torch.device, banded: bool = False,
+                    same_shifts: bool = True) -> int:
+    """With both operands complex, the block products per plane GEMM of the embedding
+    (:attr:`ProductPlan.complex_blocks`); 0 otherwise.  Karatsuba's three run in the torch
+    stages (ozaki.pipeline), which take them where columns j and N/2 + j of B share their
+    shift (``same_shifts``); the fused path and exponent bands (``banded``) multiply the
+    embedding as it is, four."""
+    if complex != COMPLEX_BOTH:
+        return 0
+    fused = moduli.encodings is not None and reading.kernels_available(device)
+    return 3 if not banded and not fused and same_shifts else 4
 
 
 def device_profile(device: torch.device) -> cost.Profile | None:
@@ -346,8 +368,15 @@ def plan_for_statistics(shape: Shape, statistics: Statistics, accuracy: Accuracy
         split = bands.split(whole_k, p, q, [(plan.capacity, plan.products) for plan in catalog.plans_for(engine)])
         capacity = crt_capacity(whole_k, split.width_a, split.width_b)
     moduli = moduli_for(engine, whole_k, capacity, shape.device)
+    # A column's shift follows from its maximum and bits, and columns j and N/2 + j of a complex
+    # product's B hold the same magnitudes (Br_:j, Bi_:j), so the same maximum and lossless width;
+    # "exact" and b bits keep a function of that width, and so does "fp64" once its rows are
+    # widened to (P, Q).  Rows kept at the read's "fp64" level may differ: the level reads |A||B|
+    # column by column.
+    complex_blocks = _complex_blocks(shape.complex, moduli, shape.device, banded=split is not None,
+                                     same_shifts=accuracy != "fp64" or None not in widen_to)
     # The shape alone did not send the call to DGEMM; the moduli these data need may.
-    verdict = native_verdict(shape, accuracy, engine, profile, moduli)
+    verdict = native_verdict(shape, accuracy, engine, profile, moduli, complex_blocks)
     native = verdict is not None and verdict.native
     # The fewest bits of any row and the guard, from the same read: a row ends with
     # min(lossless, P) bits once widened to P.
@@ -368,17 +397,6 @@ def plan_for_statistics(shape: Shape, statistics: Statistics, accuracy: Accuracy
         bound = _CORRECTLY_ROUNDED if guard is None else _fp64_bound(guard)
     else:
         bound = _CORRECTLY_ROUNDED if isinstance(accuracy, str) else _fixed_bound(accuracy)
-    complex_blocks = 0
-    if shape.complex == COMPLEX_BOTH:
-        # Karatsuba's three block products run in the torch stages (ozaki.pipeline), which take
-        # them where columns j and N/2 + j of B share their shift: a column's shift follows from
-        # its maximum and bits, and the two hold the same magnitudes (Br_:j, Bi_:j), so the same
-        # maximum and lossless width; "exact" and b bits keep a function of that width, and so
-        # does "fp64" once its rows are widened to (P, Q).  Rows kept at the read's "fp64" level
-        # may differ: the level reads |A||B| column by column.
-        fused = moduli.encodings is not None and reading.kernels_available(shape.device)
-        same_shifts = accuracy != "fp64" or None not in widen_to
-        complex_blocks = 3 if split is None and not fused and same_shifts else 4
     return _logged(ProductPlan(
         m=shape.m, k=shape.k, n=shape.n, batch=shape.batch, accuracy=accuracy, engine=engine,
         complex=shape.complex, complex_blocks=complex_blocks,

@@ -48,6 +48,49 @@ def test_tiny_cpu_run_writes_the_csv(tmp_path):
     assert (tmp_path / "run.txt").read_text().splitlines()[1].startswith("python -m ozaki bench --cpu")
 
 
+def test_a_batch_is_timed_against_the_native_batched_product(tmp_path, capsys):
+    argv = ["--cpu", "--sizes", "12", "--shapes", "2x5x30x7", "--batch", "3", "--reps", "1", "--engines",
+            "auto,reference", "--accuracy", "exact,fp64"]
+    assert bench.main(argv + ["--out", str(tmp_path)]) == 0
+    _, rows = _read(tmp_path / "bench-cpu.csv")
+    # --batch applies to the sizes and the MxKxN shapes; a BxMxKxN shape keeps its own.
+    got = [(r["batch"], r["m"], r["k"], r["n"], r["dtype"], r["method"], r["accuracy"], r["engine"]) for r in rows]
+    assert got == [
+        (batch, m, k, n, "float64", *method) for batch, m, k, n in (("3", "12", "12", "12"), ("2", "5", "30", "7"))
+        for method in (("numpy", "", ""), ("ozaki", "exact", "auto"), ("ozaki", "exact", "reference"),
+                       ("ozaki", "fp64", "auto"), ("ozaki", "fp64", "reference"))]  # fmt: skip
+    assert all(r["status"] == "ok" and float(r["speedup"]) > 0 for r in rows)
+    # The sample block spans the batch's first and last product: "exact" stays correctly rounded there.
+    assert all(float(r["rel_err_max"]) <= U for r in rows if r["accuracy"] == "exact")
+    # tflops count every product of the batch.
+    first = rows[0]
+    assert float(first["tflops"]) == pytest.approx(3 * 2 * 12**3 / float(first["median_s"]) / 1e12, rel=1e-5)
+    printed = capsys.readouterr().out.splitlines()
+    header = next(i for i, line in enumerate(printed) if line.split()[:2] == ["batch", "m"])
+    assert [line.split()[0] for line in printed[header + 1:header + 11]] == ["3"] * 5 + ["2"] * 5
+
+
+def test_complex_products_are_timed_against_the_native_complex_product(tmp_path, capsys):
+    argv = ["--cpu", "--sizes", "10", "--shapes", "2x6x20x5", "--dtype", "complex128", "--reps", "1",
+            "--accuracy", "exact,fp64"]
+    assert bench.main(argv + ["--out", str(tmp_path)]) == 0
+    _, rows = _read(tmp_path / "bench-cpu.csv")
+    assert [(r["batch"], r["m"], r["dtype"], r["method"], r["accuracy"]) for r in rows] == [
+        (batch, m, "complex128", *method) for batch, m in (("1", "10"), ("2", "6"))
+        for method in (("numpy", ""), ("ozaki", "exact"), ("ozaki", "fp64"))]  # fmt: skip
+    assert all(r["status"] == "ok" for r in rows)
+    # Each part's error against the exact product, and the whole block's the larger of the two.
+    for r in rows:
+        real, imag = float(r["rel_err_max_real"]), float(r["rel_err_max_imag"])
+        assert float(r["rel_err_max"]) == max(real, imag)
+        if r["accuracy"] == "exact":
+            assert real <= U and imag <= U
+    # A complex product's flops are ZGEMM's: 8MNK.
+    assert float(rows[0]["tflops"]) == pytest.approx(8 * 10**3 / float(rows[0]["median_s"]) / 1e12, rel=1e-5)
+    table = capsys.readouterr().out
+    assert "rel_err_max_real" in table and "complex128" in table
+
+
 def test_a_failing_engine_is_recorded_and_the_run_goes_on(tmp_path, monkeypatch):
     real = ozaki.matmul
 
@@ -90,6 +133,9 @@ def test_budget_stops_starting_shapes(tmp_path):
     [
         (["--project", "mars"], "unknown device"),
         (["--shapes", "4x4"], "is not MxKxN"),
+        (["--shapes", "1x2x3x4x5"], "is not MxKxN or BxMxKxN"),
+        (["--batch", "0"], "at least 1"),
+        (["--dtype", "complex64"], "invalid choice: 'complex64'"),
         (["--sizes", "0"], "must be positive"),
         (["--sizes", "a,b"], "not a comma-separated list"),
         (["--reps", "0"], "at least 1"),
@@ -156,8 +202,8 @@ def _measured_rows():
     return [
         {"method": "plane-int8", "status": "ok", "tflops": 1979 / 2, "n": 8192},
         {"method": "plane-fp8", "status": "ok", "tflops": 1979 / 4, "n": 8192},
-        {"method": "torch", "status": "ok", "tflops": 33.5, "m": 4096, "k": 4096, "n": 4096},
-        {"method": "ozaki", "status": "ok", "engine": "int8", "accuracy": "fp64", "m": 1000, "k": 1000,
+        {"method": "torch", "status": "ok", "tflops": 33.5, "batch": 1, "m": 4096, "k": 4096, "n": 4096},
+        {"method": "ozaki", "status": "ok", "engine": "int8", "accuracy": "fp64", "batch": 1, "m": 1000, "k": 1000,
          "n": 1000, "median_s": 0.01},
     ]  # fmt: skip
 
@@ -167,7 +213,8 @@ def test_projection_model_and_calibration():
     shapes = [(1000, 1000, 1000), (1000, 4096, 1000)]
     measured = _measured_rows()
     calibration = {"bandwidth": 2.4e12, "device": "NVIDIA H200", "capability": (9, 0)}
-    table, notes = one_device._project(plans, ["h200", "b200", "b300"], shapes, measured, calibration)
+    table, notes = one_device._project(plans, ["h200", "b200", "b300"], [(1, *s) for s in shapes], measured,
+                                       calibration)
     got = {(r["device"], r["plan"], r["k"]): r for r in table}
     # int8 stops at its k_max; B300 has no usable INT8 and the H200 no FP4: those are left out, and said so.
     assert sorted(got) == [("B200", "f", 1000), ("B200", "f", 4096), ("B200", "i", 1000), ("B300", "f", 1000),
@@ -192,7 +239,8 @@ def test_projection_model_and_calibration():
     assert got[("H200", "i", 1000)]["measured_s"] == 0.01 and fp4["measured_s"] is None
     assert {r["calibration"] for r in table} == {"H200 run"}
     assert not any("WARNING" in n for n in notes)
-    table, notes = one_device._project(plans, ["b200"], shapes, measured, {**calibration, "device": "NVIDIA L40S"})
+    table, notes = one_device._project(plans, ["b200"], [(1, *s) for s in shapes], measured,
+                                       {**calibration, "device": "NVIDIA L40S"})
     assert any(n.startswith("WARNING: measured on 'NVIDIA L40S'") for n in notes)
     assert {r["calibration"] for r in table} == {"run on a device without datasheet figures"}
 
@@ -200,7 +248,7 @@ def test_projection_model_and_calibration():
 def test_projection_is_calibrated_against_the_measured_devices_datasheet():
     # The same cuBLAS rates on an H100: its datasheet's tensor and FP64 rates are the H200's, its
     # bandwidth 3.35 TB/s where the H200's is 4.8, so only the bandwidth efficiency differs.
-    plans, shapes = [_plan("i", "int8", 10, 4, 2048)], [(1000, 1000, 1000)]
+    plans, shapes = [_plan("i", "int8", 10, 4, 2048)], [(1, 1000, 1000, 1000)]
     measured = _measured_rows()
     on = {"bandwidth": 1.675e12, "device": "NVIDIA H100 80GB HBM3", "capability": (9, 0)}
     eff, notes = one_device._efficiencies(measured, on)
@@ -220,8 +268,29 @@ def test_projection_is_calibrated_against_the_measured_devices_datasheet():
     assert eff["int8"] == pytest.approx(1979 / 2 / 624) and any("fp8 efficiency 0.7 ASSUMED" in n for n in notes)
 
 
+def test_projection_of_batches_and_complex_products():
+    # A complex product is projected as its real embedding M×2K×2N, all four blocks per plane GEMM
+    # (the fused path's), against ZGEMM; a batch as its products' time (the projection has no fixed costs).
+    plans = [_plan("i", "int8", 10, 4, 2048)]
+    measured, calibration = _measured_rows(), {"bandwidth": 2.4e12, "device": "NVIDIA H200", "capability": (9, 0)}
+    real, _ = one_device._project(plans, ["h200"], [(1, 1000, 1000, 1000)], measured, calibration)
+    table, notes = one_device._project(plans, ["h200"], [(3, 1000, 1000, 1000), (1, 1000, 1500, 1000)], measured,
+                                       calibration, "complex128")
+    # 2K = 3000 is past the plan's k_max.
+    assert [(r["batch"], r["k"], r["dtype"]) for r in table] == [(3, 1000, "complex128")]
+    (row,) = table
+    eff, _ = one_device._efficiencies(measured, calibration)
+    profile = one_device._projected_profile(cost.DEVICES["h200"], eff)
+    want = cost.predict(profile, 1000, 2000, 2000, digits="int8", planes=10, moduli=4, complex_blocks=4)
+    assert row["model_s"] == pytest.approx(3 * want.total, rel=1e-12)
+    assert row["dgemm_model_s"] == pytest.approx(3 * cost.zgemm_seconds(profile, 1000, 1000, 1000), rel=1e-12)
+    assert row["dgemm_model_s"] == pytest.approx(12 * real[0]["dgemm_model_s"], rel=1e-12)
+    assert row["model_tflops"] == pytest.approx(3 * 8e9 / row["model_s"] / 1e12, rel=1e-12)
+    assert any(n.startswith("complex128: ") for n in notes) and any(n.startswith("batch: ") for n in notes)
+
+
 def test_projection_without_measurements_says_it_assumed():
-    table, notes = one_device._project([_plan("f", "fp4", 59, 21, 16384)], ["b200"], [(512, 512, 512)], [], {})
+    table, notes = one_device._project([_plan("f", "fp4", 59, 21, 16384)], ["b200"], [(1, 512, 512, 512)], [], {})
     assert [r["calibration"] for r in table] == ["assumed"]
     assert sum("ASSUMED" in n for n in notes) == 4  # int8, fp8, fp64 and bandwidth efficiencies
 
@@ -236,18 +305,30 @@ def test_plan_and_path_are_read_from_the_calls_plan(monkeypatch):
     a, b = np.ones((4, 8)), np.ones((8, 3))
     plan = ozaki.explain(a, b, engine="reference")
     assert plan.moduli.engine == "reference" and plan.predicted is None
-    case = SimpleNamespace(m=4, k=8, n=3)
-    row = one_device._model_columns(case, plan, h200)
+    row = one_device._model_columns(plan, h200)
     count = len(plan.moduli.moduli)
-    want = cost.predict(h200, 4, 8, 3, digits="reference", planes=count, moduli=count)
+    sizes = dict(digits="reference", planes=count, moduli=count)
+    want = cost.predict(h200, 4, 8, 3, **sizes)
     assert row["path"] == "emulated" and row["model_s"] == want.total and row["model_encode_s"] == want.encode
-    assert row["model_workspace_ratio"] == cost.workspace_bytes(
-        4, 8, 3, digits="reference", planes=count, moduli=count) / (8 * (32 + 24 + 12))
+    assert row["model_workspace_ratio"] == cost.workspace_bytes(4, 8, 3, **sizes) / (8 * (32 + 24 + 12))
+
+    # A batch and a complex product: the prediction for the products the plan holds, one call of the
+    # batch, a complex product's embedding with the plan's blocks; no modeled workspace (one real product's).
+    batch = ozaki.explain(np.ones((5, 4, 8)), b, engine="reference")
+    row = one_device._model_columns(batch, h200)
+    assert row["model_s"] == cost.predict(h200, 4, 8, 3, **sizes, batch=5).total
+    assert "model_workspace_ratio" not in row
+    both = ozaki.explain(a + 1j, b - 2j, engine="reference")
+    row = one_device._model_columns(both, h200)
+    count = len(both.moduli.moduli)
+    assert (both.k, both.n, both.complex_blocks) == (16, 6, 3) and row["model_s"] == cost.predict(
+        h200, 4, 16, 6, digits="reference", planes=count, moduli=count, complex_blocks=3).total
+    assert "model_workspace_ratio" not in row
 
     # engine="auto" on a device whose profile predicts DGEMM faster: native, decided before any plan.
     monkeypatch.setattr(planning, "device_profile", lambda device: h200)
     plan = ozaki.explain(a, b)
-    row = one_device._model_columns(case, plan, h200)
+    row = one_device._model_columns(plan, h200)
     assert plan.moduli is None and row["path"] == "native"
     assert row["model_s"] == plan.predicted.emulated.total and "model_workspace_ratio" not in row
 

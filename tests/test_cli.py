@@ -109,7 +109,13 @@ def test_the_demo_says_what_it_does_then_prints_its_table():
     run = _run("-m", "ozaki", "demo", "--n", "64", "--device", "cpu")
     assert run.returncode == 0, run.stderr
     progress = ["making two 64x64 matrices", "first call, untimed (loads the catalog)", "timing ozaki.matmul",
-                "timing native float64", "exact reference of a 16x16 block"]  # fmt: skip
+                "timing native float64", "exact reference of a 16x16 block",
+                "making two complex 64x64 matrices", "first call, untimed (loads the catalog)", "timing ozaki.matmul",
+                "timing native complex128", "exact reference of a 16x16 block"]  # fmt: skip
     assert [line for line in run.stderr.splitlines() if line in progress] == progress
-    rows = [line.split()[0] for line in run.stdout.splitlines()[2:]]
-    assert run.stdout.startswith("C = A @ B, n = 64") and rows == ["ozaki.matmul", "native"]
+    real, complex_ = run.stdout.split("\n\n")
+    assert real.startswith("C = A @ B, n = 64") and complex_.startswith("complex C = A @ B, n = 64")
+    assert [line.split()[0] for line in real.splitlines()[2:]] == ["ozaki.matmul", "native"]
+    assert [line.split()[0] for line in complex_.splitlines()[2:]] == ["ozaki.matmul", "native"]
+    # The emulated complex product's error is measured per part against the exact one: DGEMM-level.
+    assert float(complex_.splitlines()[2].split()[3]) < 1e-14

@@ -7,6 +7,7 @@ by handing the pipeline the H200's profile (the decision reads nothing else of t
 from __future__ import annotations
 
 import logging
+import math
 
 import numpy as np
 import pytest
@@ -100,6 +101,74 @@ def test_emulation_wins_where_the_tensor_cores_are_far_faster():
     assert cost.verdict(fast, 64, 64, 64, digits="int8", planes=16, moduli=16).native
 
 
+# A hand-made device: every fixed part and the overlap distinct, so that each shows where it is counted.
+HAND = cost.Profile("hand", 1e12, {"int8": 1e14}, 1e12, 0.5, 0.5, 0.5,
+                    {"plan": 1e-3, "encode": 2e-3, "products": 3e-3, "decode": 4e-3, "overlap": 5e-4}, "test")
+_STAGES = ("plan", "encode", "products", "decode")
+
+
+@pytest.mark.parametrize("profile", [HAND, H200], ids=["hand", "h200"])
+def test_a_batch_pays_the_fixed_costs_once(profile):
+    sizes = dict(digits="int8", planes=16, moduli=16)
+    one = cost.predict(profile, 512, 300, 700, **sizes)
+    assert cost.predict(profile, 512, 300, 700, **sizes, batch=1) == one
+    assert cost.verdict(profile, 512, 300, 700, **sizes, batch=1) == cost.verdict(profile, 512, 300, 700, **sizes)
+    fixed = sum(profile.overhead[stage] for stage in _STAGES) - profile.overhead["overlap"]
+    for batch in (2, 7, 64):
+        whole = cost.predict(profile, 512, 300, 700, **sizes, batch=batch)
+        # B separate calls pay every fixed part and the overlap B times, the batch once.
+        assert batch * one.total - whole.total == pytest.approx((batch - 1) * fixed, rel=1e-9)
+        for stage in _STAGES:
+            variable = getattr(one, stage) - profile.overhead[stage]
+            assert getattr(whole, stage) == pytest.approx(batch * variable + profile.overhead[stage], rel=1e-12)
+        assert whole.overlap == one.overlap
+        # Native: cuBLAS's strided-batched DGEMM, B times one product's flops.
+        assert cost.dgemm_seconds(profile, 512, 300, 700, batch) == pytest.approx(
+            batch * cost.dgemm_seconds(profile, 512, 300, 700))
+        verdict = cost.verdict(profile, 512, 300, 700, **sizes, batch=batch)
+        assert verdict.batch == batch and verdict.emulated == whole
+        assert f"strided-batched DGEMM of {batch} products" in str(verdict)
+
+
+def test_a_large_enough_batch_emulates_where_one_product_goes_native():
+    # On the H200's record 6144³ sits at the crossing: one product's fixed costs keep it native;
+    # four products in one call pay them once, and the emulation wins.
+    sizes = dict(digits="int8", planes=16, moduli=16)
+    assert cost.verdict(H200, 6144, 6144, 6144, **sizes).native
+    assert not cost.verdict(H200, 6144, 6144, 6144, **sizes, batch=4).native
+    # The verdict flips at the batch whose saving per product, margin·DGEMM less the emulation's
+    # size-dependent time, has paid for the call's fixed costs.
+    one = cost.predict(HAND, 1024, 1024, 1024, **sizes)
+    fixed = sum(HAND.overhead[stage] for stage in _STAGES) - HAND.overhead["overlap"]
+    flip = fixed / (cost.EMULATION_MARGIN * cost.dgemm_seconds(HAND, 1024, 1024, 1024) - (one.total - fixed))
+    assert 2 < flip < 100
+    for batch in (1, math.floor(0.9 * flip), math.ceil(1.1 * flip), 1000):
+        assert cost.verdict(HAND, 1024, 1024, 1024, **sizes, batch=batch).native == (batch < flip)
+
+
+def test_a_complex_product_is_judged_against_zgemm():
+    # A complex 300×200×100 product as its real embedding 300×400×200: native is ZGEMM, four real
+    # products of the complex shape at the DGEMM rate, the embedding's flops; the plane GEMMs form
+    # 3 (Karatsuba) or 4 of the embedding's four blocks.
+    m, k, n = 300, 200, 100
+    sizes = dict(digits="int8", planes=16, moduli=16)
+    assert cost.zgemm_seconds(HAND, m, k, n) == 4 * cost.dgemm_seconds(HAND, m, k, n) == 8 * m * k * n / HAND.fp64
+    assert cost.zgemm_seconds(HAND, m, k, n, 5) == 5 * cost.zgemm_seconds(HAND, m, k, n)
+    real = cost.predict(HAND, m, 2 * k, 2 * n, **sizes)
+    for blocks in (3, 4):
+        verdict = cost.verdict(HAND, m, 2 * k, 2 * n, **sizes, complex_blocks=blocks)
+        assert verdict.zgemm and verdict.native_seconds == cost.zgemm_seconds(HAND, m, k, n)
+        assert "ZGEMM" in str(verdict) and "DGEMM rate" in str(verdict)
+        got = verdict.emulated
+        # Only the plane GEMMs' arithmetic changes: blocks/4 of the embedding's.
+        gemms = 16 * 2 * m * (2 * k) * (2 * n) / HAND.rates["int8"]
+        assert got.products == pytest.approx(real.products - (1 - blocks / 4) * gemms, rel=1e-12)
+        assert (got.plan, got.encode, got.decode) == (real.plan, real.encode, real.decode)
+    batched = cost.verdict(HAND, m, 2 * k, 2 * n, **sizes, complex_blocks=4, batch=3)
+    assert "strided-batched ZGEMM of 3 products" in str(batched)
+    assert batched.native_seconds == pytest.approx(3 * cost.zgemm_seconds(HAND, m, k, n))
+
+
 def test_workspace_prediction():
     # One block of all rows: B's and A's planes (int8 read in place, kernels.products._joined;
     # other digits add the operand copy) and the byte residues; the decode holds no more (the
@@ -186,7 +255,7 @@ def test_h200_with_int8_plans_goes_native(n):
     # model puts it at least a quarter behind, five times the margin the verdict asks for.
     plan = planning.moduli_for("int8", n, crt_capacity(n, 53, 53), torch.device("cpu"))
     verdict = planning.native_verdict(_cube(n), "fp64", "auto", H200, plan)
-    assert verdict.native and verdict.emulated.total > 1.25 * verdict.dgemm, verdict
+    assert verdict.native and verdict.emulated.total > 1.25 * verdict.native_seconds, verdict
 
 
 def test_auto_fp64_runs_native_and_says_so(as_h200, caplog):

@@ -1,7 +1,7 @@
-"""ozaki.distributed: products of DTensors have the bits of ozaki.matmul of the gathered matrices
-on one device, on meshes of 1, 2 and 4 ranks (gloo processes on the CPU), for every placement
-pair, output placement and accuracy, and move the bytes the module documents; bad input is
-refused with the fix.
+"""ozaki.distributed: products of DTensors, float64 or complex128, have the bits of ozaki.matmul of
+the gathered matrices on one device, on meshes of 1, 2 and 4 ranks (gloo processes on the CPU), for
+every placement pair, output placement and accuracy, and move the bytes the module documents; bad
+input is refused with the fix.
 
 Each mesh size is one group of spawned processes that runs every job (tests/distributed_worker.py)
 and hands back the gathered bits; the comparisons run here, one test per job.
@@ -74,6 +74,13 @@ def _cases() -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     b[1, :3], b[2, :3] = np.ldexp(b[1, :3], -120), b[0, :3]
     a[:4, 2], a[:4, 1], a[:4, 3:] = -a[:4, 0], 1.0, 0.0
     cases["far"], cases["far_t"] = (a, b), (b.T.copy(), a.T.copy())
+    # Complex products, each part drawn as the real cases: each rank multiplies its shards' real embedding.
+    cases["complex"] = (phi((9, 37), 0.5) + 1j * phi((9, 37), 0.5), phi((37, 7), 0.5) + 1j * phi((37, 7), 0.5))
+    cases["complex_tiny"] = (phi((3, 5), 1.0) + 1j * phi((3, 5), 1.0), phi((5, 6), 1.0) + 1j * phi((5, 6), 1.0))
+    a, b = cases["complex"][0][:5, :9].copy(), cases["complex"][1][:9, :4].copy()
+    a[1, 2], a[3, 7] = complex(np.nan, 1.0), complex(2.0, np.inf)
+    b[4, 1], b[0, 3] = complex(-np.inf, 0.0), complex(0.0, np.inf)
+    cases["complex_nonfinite"] = (a, b)
     return {name: (torch.from_numpy(a), torch.from_numpy(b)) for name, (a, b) in cases.items()}
 
 
@@ -93,7 +100,7 @@ def _jobs() -> dict[tuple, dict]:
             for layout in LAYOUTS:
                 add(case, accuracy, "auto", layout)
     # The int8 engine's plan (digit planes; in bands for "wide") on the local and the K-split paths.
-    for case in ("phi", "wide", "nonfinite"):
+    for case in ("phi", "wide", "nonfinite", "complex"):
         for accuracy in ("fp64", "exact"):
             for layout in (("S0", "R", None), ("S1", "S0", None), ("S1", "S0", "S1")):
                 add(case, accuracy, "int8", layout)
@@ -102,8 +109,10 @@ def _jobs() -> dict[tuple, dict]:
     for case in ("phi", "nonfinite", "long_k"):
         for layout in (("S0", "R", None), ("S1", "S0", None), ("S1", "S0", "S1"), ("S1", "R", "S0")):
             add(case, "fp64", "int8", layout, route="triton")
+    for layout in (("R", "S1", None), ("S1", "S0", "S1")):
+        add("complex", "fp64", "int8", layout, route="triton")
     # torch's own calls on DTensors inside ozaki.emulate().
-    for case in ("phi", "nonfinite"):
+    for case in ("phi", "nonfinite", "complex"):
         for layout in (("S0", "R", None), ("R", "S1", None), ("S1", "S0", None), ("S0", "S1", None)):
             add(case, "fp64", "auto", layout, route="emulate")
     return jobs
@@ -192,10 +201,15 @@ def _documented_bytes(world: int, key: tuple) -> int:
     (m, k), n = a.shape, b.shape[1]
     placement_a, placement_b, out = layout
     total = 0
+    # A complex operand gathers 16 bytes an entry; then its product is the real embedding's, M×2K×2N.
+    parts = 2 if a.is_complex() else 1
     if placement_a == "S0" and placement_b != "R":  # B gathered
-        total += 8 * (math.ceil(k / world) * n if placement_b == "S0" else math.ceil(n / world) * k)
+        total += 8 * parts * (math.ceil(k / world) * n if placement_b == "S0" else math.ceil(n / world) * k)
     if placement_b == "S1" and placement_a == "S1":  # A gathered
-        total += 8 * math.ceil(k / world) * m
+        total += 8 * parts * math.ceil(k / world) * m
+    # The reduce-scatter to Shard(1) pads whole entries: W·⌈N/W⌉ of them.
+    padded_columns = parts * world * math.ceil(n / world)
+    k, n = parts * k, parts * n
     split = _split(layout)
     if split is None:
         return total
@@ -219,7 +233,7 @@ def _documented_bytes(world: int, key: tuple) -> int:
         return total
     moduli = ozaki.explain(a, b, accuracy=accuracy, engine=engine).moduli.moduli
     rows = world * math.ceil(m / world) if out == "S0" else m
-    columns = world * math.ceil(n / world) if out == "S1" else n
+    columns = padded_columns if out == "S1" else n
     total += len(moduli) * rows * columns * _width(world * (max(moduli) - 1))
     if nonfinite:
         total += 3 * rows * columns
@@ -276,10 +290,18 @@ def test_non_dtensor_operands_are_refused(mesh):
         distributed.matmul(torch.ones(2, 3, dtype=torch.float64), _placed(mesh, (3, 2)))
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.complex128])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.complex64])
 def test_other_dtypes_are_refused(mesh, dtype):
-    with pytest.raises(TypeError, match=r"b has dtype .*float64.*b\.to\(torch\.float64\)"):
+    with pytest.raises(TypeError, match=r"b has dtype .*float64 \(or complex128\).*b\.to\(torch\.float64\)"):
         distributed.matmul(_placed(mesh, (2, 3)), _placed(mesh, (3, 2), dtype=dtype))
+
+
+@pytest.mark.parametrize("complex_side", ["a", "b"])
+def test_a_real_operand_against_a_complex_one_is_refused(mesh, complex_side):
+    dtypes = {"a": torch.float64, "b": torch.float64, complex_side: torch.complex128}
+    real = "b" if complex_side == "a" else "a"
+    with pytest.raises(TypeError, match=rf"two float64 or two complex128.*{real}\.to\(torch\.complex128\)"):
+        distributed.matmul(_placed(mesh, (2, 3), dtype=dtypes["a"]), _placed(mesh, (3, 2), dtype=dtypes["b"]))
 
 
 def test_partial_operands_are_refused(mesh):

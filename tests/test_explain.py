@@ -76,8 +76,21 @@ def test_native_path_on_a_profiled_device_reads_no_data(monkeypatch, no_product)
     a = torch.zeros((4096, 4096), dtype=torch.float64)
     plan = ozaki.explain(a, a)
     assert (plan.path, plan.moduli, plan.bits_a) == ("native", None, None)
-    assert plan.predicted.native and plan.predicted.dgemm < plan.predicted.emulated.total
+    assert plan.predicted.native and plan.predicted.native_seconds < plan.predicted.emulated.total
     assert plan.error_bound.startswith("DGEMM's") and plan.products == 0
+
+
+def test_explain_says_what_a_batch_and_a_complex_product_are_judged_against(monkeypatch, no_product):
+    # The verdict is on the call: a batch against strided-batched DGEMM, a complex product against ZGEMM.
+    monkeypatch.setattr(planning, "device_profile", lambda device: H200)
+    monkeypatch.setattr(reading, "start", lambda *args: pytest.fail("the shape alone decides: no data is read"))
+    batch = ozaki.explain(np.zeros((3, 256, 128)), np.zeros((128, 64)))
+    assert batch.path == "native" and batch.predicted.batch == 3
+    assert "x strided-batched DGEMM of 3 products" in str(batch)
+    both = ozaki.explain(np.zeros((64, 32), complex), np.zeros((32, 16), complex))
+    assert both.path == "native" and both.predicted.zgemm and "x ZGEMM" in str(both)
+    one = ozaki.explain(np.zeros((64, 32)), np.zeros((32, 16), complex))
+    assert one.path == "native" and not one.predicted.zgemm and "x strided-batched DGEMM of 2 products" in str(one)
 
 
 @pytest.mark.gpu

@@ -12,7 +12,7 @@ from test_cost import H200, _spread
 
 import ozaki
 import ozaki.catalog
-from ozaki import pipeline, planning, reading
+from ozaki import cost, pipeline, planning, reading
 from ozaki.capacity import crt_capacity
 from ozaki.reading import SideStatistics, Statistics
 
@@ -103,6 +103,53 @@ def test_the_shape_decides_only_native_and_empty_calls(no_device_work):
     assert planning.plan_for_shape(shape, "fp64", "int8", H200) is None
     empty = planning.plan_for_shape(_shape(4, 0, 5), "exact", "auto", None)
     assert (empty.path, empty.moduli, empty.reason) == ("emulated", None, "empty product: zeros")
+
+
+# A device object only: the decision reads none (kernels_available and the int8 plans follow its type).
+CUDA = torch.device("cuda")
+
+
+def _general_moduli(k: int, device: torch.device) -> planning.Moduli:
+    return planning.moduli_for("auto", k, crt_capacity(k, 53, 53), device)
+
+
+def test_the_verdict_is_on_the_whole_batch(no_device_work):
+    # On the H200's profile one 6144³ product goes native, its fixed costs unpaid for; four in one
+    # call pay them once, and the shape no longer decides: the data is read.
+    n = 6144
+    one = planning.plan_for_shape(planning.Shape(n, n, n, 1, (n, n, n), CUDA), "fp64", "auto", H200)
+    assert one.path == "native" and one.predicted.batch == 1 and "strided-batched" not in str(one)
+    batch = planning.Shape(n, n, n, 4, (n, n, n), CUDA)
+    assert planning.plan_for_shape(batch, "fp64", "auto", H200) is None
+    moduli = _general_moduli(n, CUDA)
+    sizes = dict(digits=moduli.engine, planes=moduli.planes, moduli=len(moduli.moduli))
+    assert planning.native_verdict(batch, "fp64", "auto", H200) == cost.verdict(H200, n, n, n, **sizes, batch=4)
+    # An empty batch is no call to judge.
+    assert planning.native_verdict(planning.Shape(n, n, n, 0, (n, n, n), CUDA), "fp64", "auto", H200) is None
+
+
+@pytest.mark.parametrize(("device", "blocks"), [(CUDA, 4), (CPU, 3)])
+def test_a_complex_product_is_judged_as_it_runs(no_device_work, device, blocks):
+    # Both operands complex: the embedding M×2K×2N against ZGEMM of the complex M×K×N, its plane
+    # GEMMs as the run forms them: the fused GPU path four blocks, the torch stages Karatsuba's three.
+    m, k, n = 4096, 2048, 1024
+    shape = planning.Shape(m, 2 * k, 2 * n, 2, (m, 2 * k, 2 * n), device, planning.COMPLEX_BOTH)
+    moduli = _general_moduli(2 * k, device)
+    sizes = dict(digits=moduli.engine, planes=moduli.planes, moduli=len(moduli.moduli))
+    verdict = planning.native_verdict(shape, "fp64", "auto", H200)
+    assert verdict == cost.verdict(H200, m, 2 * k, 2 * n, **sizes, batch=2, complex_blocks=blocks)
+    assert verdict.zgemm and verdict.native_seconds == cost.zgemm_seconds(H200, m, k, n, 2)
+    # The plan made from the read judges the blocks it runs.
+    plan = planning.plan_for_statistics(shape, Statistics(_side(53), _side(53)), "fp64", "auto", H200)
+    assert plan.complex_blocks == blocks and plan.predicted == planning.native_verdict(
+        shape, "fp64", "auto", H200, plan.moduli, blocks)
+    # Native here (about 1.4 times ZGEMM on the GPU), and explain says against what.
+    native = planning.plan_for_shape(shape, "fp64", "auto", H200)
+    assert native.path == "native" and "> 0.95 x strided-batched ZGEMM of 2 products" in str(native)
+    # One operand complex: a batch of two real products, against their DGEMMs.
+    one = planning.Shape(m, k, n, 2, (m, k, n), device, planning.COMPLEX_ONE)
+    verdict = planning.native_verdict(one, "fp64", "auto", H200)
+    assert not verdict.zgemm and verdict.native_seconds == cost.dgemm_seconds(H200, m, k, n, 2)
 
 
 @pytest.mark.parametrize("accuracy", ["fp64", "exact", 30])

@@ -39,8 +39,14 @@ __all__ = [
 # Inputs and measurement
 
 
-def input_matrix(shape: tuple[int, int], phi: float, generator: torch.Generator, device: str) -> torch.Tensor:
-    """The usual test matrix of Ozaki-scheme papers: entries (rand − 0.5)·exp(phi·randn)."""
+def input_matrix(shape: tuple[int, ...], phi: float, generator: torch.Generator, device: str,
+                 dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """The usual test matrix of Ozaki-scheme papers (or a batch of them, ``shape`` (…, rows,
+    columns)): entries (rand − 0.5)·exp(phi·randn); complex128 entries have two such parts."""
+    if dtype == torch.complex128:
+        return torch.complex(*(input_matrix(shape, phi, generator, device) for _ in range(2)))
+    if dtype != torch.float64:
+        raise ValueError(f"dtype={dtype}: test matrices are torch.float64 or torch.complex128")
     uniform = torch.rand(shape, generator=generator, dtype=torch.float64, device=device)
     normal = torch.randn(shape, generator=generator, dtype=torch.float64, device=device)
     return (uniform - 0.5) * torch.exp(phi * normal)

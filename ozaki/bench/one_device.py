@@ -1,4 +1,4 @@
-"""``python -m ozaki bench``: speed and accuracy of ``ozaki.matmul`` against the native float64 product.
+"""``python -m ozaki bench``: speed and accuracy of ``ozaki.matmul`` against the native float64 (complex128) product.
 
 Two measurement modes, one CSV schema (:data:`COLUMNS`), one row per (shape, method):
 
@@ -11,13 +11,21 @@ Two measurement modes, one CSV schema (:data:`COLUMNS`), one row per (shape, met
   workspace: what :mod:`ozaki.cost` predicts for the plan the call used, and whether ``engine="auto"`` ran
   the emulation or native DGEMM (``path``), both from the call's plan (:func:`ozaki.explain`).
 
-Inputs are the usual test matrices of Ozaki-scheme papers, entries (rand − 0.5)·exp(phi·randn).  Accuracy is measured on a
-sample block against the exact product (Python integers), so it does not trust any float64 product.  Each
-time is the median of ``--reps`` calls after a warm-up; a shape's methods are timed in turns (one call of
-each per round, the order rotated by one each round), so that the device's drift over the run (clocks,
-temperature) weighs on each alike.  On a GPU each timed call follows an untimed call of the same method, so
-that no method is timed in the state another one left (the clocks after an int8 burst, the allocator's cache):
-each time is that of a call among calls of its own kind, as in a user's loop.
+Batches and complex products go through the same rows: ``--batch B`` (or ``--shapes BxMxKxN``) times each
+call on (B, M, K) @ (B, K, N) against the native batched matmul (cuBLAS strided-batched DGEMM on a GPU);
+``--dtype complex128`` times complex operands against the native complex128 matmul (ZGEMM), with each part's
+error beside the whole block's (``rel_err_max_real``, ``rel_err_max_imag``).  ``tflops`` counts the native
+product's real flops: 2MNK per real product, 8MNK per complex one.
+
+Inputs are the usual test matrices of Ozaki-scheme papers, entries (rand − 0.5)·exp(phi·randn), each part of
+a complex entry drawn so.  Accuracy is measured on a sample block (of the first and last product of a batch)
+against the exact product (Python integers), so it does not trust any float64 product; a complex block is
+compared in the real form ozaki.matmul computes, [Re C | Im C].  Each time is the median of ``--reps`` calls
+after a warm-up; a shape's methods are timed in turns (one call of each per round, the order rotated by one
+each round), so that the device's drift over the run (clocks, temperature) weighs on each alike.  On a GPU
+each timed call follows an untimed call of the same method, so that no method is timed in the state another
+one left (the clocks after an int8 burst, the allocator's cache): each time is that of a call among calls of
+its own kind, as in a user's loop.
 
 ``--project b200,b300`` adds the modeled time of every catalog plan on those devices (assumptions written
 into ``projection.md``), calibrated by this run's measurements when it ran on a device of the datasheet table
@@ -49,6 +57,7 @@ import ozaki
 from ozaki import catalog, cost, planning, timing
 from ozaki.cost import DEVICES, Device
 from ozaki.exact import exact_dyadic, to_fraction
+from ozaki.operands import complex_embedding
 
 from .common import (
     accuracy_list,
@@ -68,15 +77,16 @@ from .common import (
 __all__ = ["COLUMNS", "DEVICES", "PROJECTION_COLUMNS", "Device", "main"]
 
 COLUMNS = (
-    "date", "device", "m", "k", "n", "phi", "method", "accuracy", "engine", "status", "reps", "median_s",
-    "tflops", "speedup", "rel_err_max", "rel_err_median", "comp_err_max", "workspace_bytes", "operand_bytes",
-    "workspace_ratio", "plan_s", "encode_s", "products_s", "decode_s", "path", "moduli", "model_s", "model_plan_s",
-    "model_encode_s", "model_products_s", "model_decode_s", "model_workspace_ratio",
+    "date", "device", "batch", "m", "k", "n", "dtype", "phi", "method", "accuracy", "engine", "status", "reps",
+    "median_s", "tflops", "speedup", "rel_err_max", "rel_err_max_real", "rel_err_max_imag", "rel_err_median",
+    "comp_err_max", "workspace_bytes", "operand_bytes", "workspace_ratio", "plan_s", "encode_s", "products_s",
+    "decode_s", "path", "moduli", "model_s", "model_plan_s", "model_encode_s", "model_products_s", "model_decode_s",
+    "model_workspace_ratio",
 )  # fmt: skip
 _STAGES = ("plan", "encode", "products", "decode")
 PROJECTION_COLUMNS = (
-    "device", "plan", "digits", "products", "moduli", "m", "k", "n", "model_s", "model_tflops", "dgemm_model_s",
-    "speedup", "measured_s", "calibration",
+    "device", "plan", "digits", "products", "moduli", "batch", "m", "k", "n", "dtype", "model_s", "model_tflops",
+    "dgemm_model_s", "speedup", "measured_s", "calibration",
 )  # fmt: skip
 
 _CPU_SIZES = (256, 512, 1024, 2048)
@@ -150,53 +160,97 @@ def _stage_seconds(product: Callable) -> dict:
 
 @dataclass
 class _Case:
-    """One shape's operands, as the methods take them, with its exact sample block."""
+    """One shape's operands, as the methods take them: ``batch`` products of M×K×N (a batch of one
+    is a single product, 2-D operands) of ``dtype``; and the exact product of its sample block,
+    rows ``rows`` and columns ``cols`` of products ``items``, in real form (see :func:`_real_form`)."""
 
+    batch: int
     m: int
     k: int
     n: int
+    dtype: str
     a: object
     b: object
+    items: np.ndarray
     rows: np.ndarray
     cols: np.ndarray
     exact: list
     scale: np.ndarray
 
+    @property
+    def complex(self) -> bool:
+        return self.dtype == "complex128"
+
+    @property
+    def flops(self) -> int:
+        """Real flops of the native product: 2MNK per real product, 8MNK per complex one (ZGEMM's four)."""
+        return self.batch * (8 if self.complex else 2) * self.m * self.k * self.n
+
+    @property
+    def operand_bytes(self) -> int:
+        return self.batch * (16 if self.complex else 8) * (self.m * self.k + self.k * self.n + self.m * self.n)
+
+
+def _cut(x, items: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """Entries (item, row, column) of x (…, R, C), a single product being item 0, on the host:
+    cut where x lives (a GPU result stays on the GPU)."""
+    if isinstance(x, torch.Tensor):
+        items, rows, cols = (torch.as_tensor(i, device=x.device) for i in (items, rows, cols))
+        return x.reshape(-1, *x.shape[-2:])[items][:, rows][:, :, cols].cpu().numpy()
+    return x.reshape(-1, *x.shape[-2:])[np.ix_(items, rows, cols)]
+
+
+def _real_form(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Products a (I, S, K) @ b (I, K, T) as real ones: a complex product's real embedding, whose
+    product is [Re C | Im C] (ozaki.operands.complex_embedding, the form ozaki.matmul computes)."""
+    embedded_a, embedded_b, _ = complex_embedding(torch.from_numpy(a), torch.from_numpy(b))
+    return embedded_a.numpy(), embedded_b.numpy()
+
+
+def _real_parts(block: np.ndarray) -> np.ndarray:
+    """A sample block (I, S, T) as rows of the real form: [Re | Im] side by side for a complex one."""
+    if np.iscomplexobj(block):
+        block = np.concatenate([block.real, block.imag], axis=-1)
+    return block.reshape(-1, block.shape[-1])
+
 
 def _case(shape, args, device: str, generator: torch.Generator) -> _Case:
-    m, k, n = shape
-    a = input_matrix((m, k), args.phi, generator, device)
-    b = input_matrix((k, n), args.phi, generator, device)
-    rows, cols = _sample(m, args.sample), _sample(n, args.sample)
-    a_rows = a[torch.as_tensor(rows, device=device)].cpu().numpy()
-    b_cols = b[:, torch.as_tensor(cols, device=device)].cpu().numpy()
-    exact = _exact_product(a_rows, b_cols)
-    scale = np.abs(a_rows) @ np.abs(b_cols)
+    batch, m, k, n = shape
+    dtype = getattr(torch, args.dtype)
+    leading = (batch,) if batch > 1 else ()
+    a = input_matrix((*leading, m, k), args.phi, generator, device, dtype)
+    b = input_matrix((*leading, k, n), args.phi, generator, device, dtype)
+    # Two products of a batch (its first and last) carry the sample block.
+    items, rows, cols = _sample(batch, 2), _sample(m, args.sample), _sample(n, args.sample)
+    real_a, real_b = _real_form(_cut(a, items, rows, np.arange(k)), _cut(b, items, np.arange(k), cols))
+    exact = [row for item_a, item_b in zip(real_a, real_b) for row in _exact_product(item_a, item_b)]
+    scale = np.concatenate([np.abs(item_a) @ np.abs(item_b) for item_a, item_b in zip(real_a, real_b)])
     if device == "cpu":
         a, b = a.numpy(), b.numpy()
-    return _Case(m, k, n, a, b, rows, cols, exact, scale)
+    return _Case(batch, m, k, n, args.dtype, a, b, items, rows, cols, exact, scale)
 
 
 def _block(result, case: _Case) -> np.ndarray:
-    """The sample block of a result, cut where the result lives (a GPU result stays on the GPU)."""
-    if isinstance(result, torch.Tensor):
-        rows, cols = (torch.as_tensor(i, device=result.device) for i in (case.rows, case.cols))
-        return result[rows][:, cols].cpu().numpy()
-    return result[np.ix_(case.rows, case.cols)]
+    """The sample block of a result in the real form of the exact one."""
+    return _real_parts(_cut(result, case.items, case.rows, case.cols))
 
 
-def _model_columns(case: _Case, plan, profile: cost.Profile | None) -> dict:
-    """The path the call takes (``ozaki.explain``'s plan), and the cost model's prediction for its moduli (for a
-    native call decided before the inputs were read: the prediction it was decided on)."""
+def _model_columns(plan, profile: cost.Profile | None) -> dict:
+    """The path the call takes (``ozaki.explain``'s plan), and the cost model's prediction for its moduli and its
+    products as the plan holds them (a batch, a complex product's real embedding and its blocks; for a native call
+    decided before the inputs were read: the prediction it was decided on)."""
     row = {"path": plan.path}
     predicted = None if plan.predicted is None else plan.predicted.emulated
     if plan.moduli is not None:
         row["moduli"] = len(plan.moduli.moduli)
         sizes = dict(digits=plan.moduli.engine, planes=plan.moduli.planes, moduli=len(plan.moduli.moduli))
         if profile is not None:
-            predicted = cost.predict(profile, case.m, case.k, case.n, **sizes)
-        workspace = cost.workspace_bytes(case.m, case.k, case.n, **sizes)
-        row["model_workspace_ratio"] = workspace / (8 * (case.m * case.k + case.k * case.n + case.m * case.n))
+            predicted = cost.predict(profile, plan.m, plan.k, plan.n, **sizes, batch=plan.batch,
+                                     complex_blocks=plan.complex_blocks)
+        if plan.batch == 1 and plan.complex is None:
+            # The modeled workspace is one real product's blocks: a complex product's embedding is not in it.
+            workspace = cost.workspace_bytes(plan.m, plan.k, plan.n, **sizes)
+            row["model_workspace_ratio"] = workspace / (8 * (plan.m * plan.k + plan.k * plan.n + plan.m * plan.n))
     if predicted is not None:
         row.update(model_s=predicted.total, model_plan_s=predicted.plan, model_encode_s=predicted.encode,
                    model_products_s=predicted.products, model_decode_s=predicted.decode)  # fmt: skip
@@ -214,15 +268,15 @@ class _Method:
 
 
 def _warmed(case: _Case, method: str, accuracy, engine, product: Callable, args, cuda: bool) -> _Method:
-    row = {"m": case.m, "k": case.k, "n": case.n, "phi": args.phi, "method": method, "accuracy": accuracy,
-           "engine": engine}  # fmt: skip
+    row = {"batch": case.batch, "m": case.m, "k": case.k, "n": case.n, "dtype": case.dtype, "phi": args.phi,
+           "method": method, "accuracy": accuracy, "engine": engine}  # fmt: skip
     try:
         began = time.perf_counter()
         product()  # warm-up: catalog load, kernel compilation, autotuning
         row["reps"] = args.reps if time.perf_counter() - began < _SLOW_CALL_S else 1
         if cuda and method == "ozaki":
             profile = cost.profile_for(torch.cuda.get_device_name(), torch.cuda.get_device_capability())
-            row.update(_model_columns(case, ozaki.explain(case.a, case.b, accuracy=accuracy, engine=engine), profile))
+            row.update(_model_columns(ozaki.explain(case.a, case.b, accuracy=accuracy, engine=engine), profile))
     except Exception as error:  # one failing engine or size must not lose the rest of the run
         row["status"] = f"error: {type(error).__name__}: {error}"[:300]
     return _Method(row, product)
@@ -261,7 +315,7 @@ def _finished(case: _Case, method: _Method, cuda: bool) -> dict:
     try:
         if cuda:
             row["workspace_bytes"] = _workspace_bytes(method.product)
-            row["operand_bytes"] = 8 * (case.m * case.k + case.k * case.n + case.m * case.n)
+            row["operand_bytes"] = case.operand_bytes
             row["workspace_ratio"] = row["workspace_bytes"] / row["operand_bytes"]
         stages = _stage_seconds(method.product) if row["method"] == "ozaki" else None
     except Exception as error:
@@ -269,9 +323,14 @@ def _finished(case: _Case, method: _Method, cuda: bool) -> dict:
     seconds = statistics.median(method.times)
     rel_max, rel_median, comp_max = _errors(method.block, case.exact, case.scale)
     row.update(
-        status="ok", median_s=seconds, tflops=2 * case.m * case.k * case.n / seconds / 1e12,
+        status="ok", median_s=seconds, tflops=case.flops / seconds / 1e12,
         rel_err_max=rel_max, rel_err_median=rel_median, comp_err_max=comp_max,
     )  # fmt: skip
+    if case.complex:
+        # Each part's own: the real form holds Re C in its first len(cols) columns, Im C after them.
+        for part, columns in (("real", slice(0, len(case.cols))), ("imag", slice(len(case.cols), None))):
+            row[f"rel_err_max_{part}"] = _errors(method.block[:, columns], [r[columns] for r in case.exact],
+                                                 case.scale[:, columns])[0]
     for stage in _STAGES if stages else ():
         row[f"{stage}_s"] = stages.get(stage)
     return row
@@ -310,10 +369,15 @@ def _bandwidth() -> float:
     return 2 * source.numel() * source.element_size() / seconds
 
 
+def _shape_key(row: dict) -> tuple:
+    """The shape a row measured: (batch, M, K, N, dtype)."""
+    return row.get("batch"), row["m"], row["k"], row["n"], row.get("dtype")
+
+
 def _speedups(rows: list[dict], native: str) -> None:
-    baseline = {(r["m"], r["k"], r["n"]): r["median_s"] for r in rows if r["method"] == native and r["status"] == "ok"}
+    baseline = {_shape_key(r): r["median_s"] for r in rows if r["method"] == native and r["status"] == "ok"}
     for r in rows:
-        base = baseline.get((r["m"], r["k"], r["n"]))
+        base = baseline.get(_shape_key(r))
         if r.get("status") == "ok" and base and r["method"] in (native, "ozaki"):
             r["speedup"] = base / r["median_s"]
 
@@ -337,18 +401,19 @@ def _run(args, shapes, cuda: bool, save: Callable[[list[dict]], None]) -> tuple[
     native = "torch" if cuda else "numpy"
     began = time.perf_counter()
     rows, calibration = [], {}
-    for m, k, n in shapes:
+    for batch, m, k, n in shapes:
         if args.budget is not None and time.perf_counter() - began > args.budget:
-            rows.append({"m": m, "k": k, "n": n, "method": "all", "status": "skipped: --budget spent"})
+            rows.append({"batch": batch, "m": m, "k": k, "n": n, "dtype": args.dtype, "method": "all",
+                         "status": "skipped: --budget spent"})
             continue
-        rows.extend(_shape_rows(_case((m, k, n), args, device, generator), native, args, cuda))
+        rows.extend(_shape_rows(_case((batch, m, k, n), args, device, generator), native, args, cuda))
         if cuda:
             torch.cuda.empty_cache()  # this shape's operands are gone; the next may need the room
         _speedups(rows, native)
         save(rows)
-        print(f"  done {m}x{k}x{n} after {time.perf_counter() - began:.0f} s", flush=True)
+        print(f"  done {_shape_text((batch, m, k, n))} after {time.perf_counter() - began:.0f} s", flush=True)
     if cuda:
-        square = [s[0] for s in shapes if s[0] == s[1] == s[2]]
+        square = [s[1] for s in shapes if s[1] == s[2] == s[3]]
         n_cal = min(max(square, default=8192), 8192)
         rows.extend(_plane_rate_rows(n_cal, args.reps))
         calibration.update(bandwidth=_bandwidth(), device=torch.cuda.get_device_name(),
@@ -392,8 +457,9 @@ def _efficiencies(rows: list[dict], calibration: dict) -> tuple[dict, list[str]]
     if natives:
         best = max(natives, key=lambda r: r["m"] * r["k"] * r["n"])
         eff["fp64"] = best["tflops"] * 1e12 / sheet.fp64
-        notes.append(f"fp64 efficiency {eff['fp64']:.3f}: cuBLAS DGEMM {best['tflops']:.1f} TFLOP/s at "
-                     f"{best['m']}x{best['k']}x{best['n']} in this run / {sheet.fp64 / 1e12:g} T {sheet.name} "
+        native = "ZGEMM (real flops)" if best.get("dtype") == "complex128" else "DGEMM"
+        notes.append(f"fp64 efficiency {eff['fp64']:.3f}: cuBLAS {native} {best['tflops']:.1f} TFLOP/s at "
+                     f"{_shape_text(_shape_key(best)[:4])} in this run / {sheet.fp64 / 1e12:g} T {sheet.name} "
                      "datasheet")  # fmt: skip
     else:
         eff["fp64"] = _ASSUMED["fp64"]
@@ -421,8 +487,10 @@ def _projected_profile(device: Device, eff: dict) -> cost.Profile:
     )  # fmt: skip
 
 
-def _project(plans, devices: Sequence[str], shapes, rows: list[dict], calibration: dict):
-    """Modeled time of every plan on every device at every shape within its k_max, and the assumptions."""
+def _project(plans, devices: Sequence[str], shapes, rows: list[dict], calibration: dict, dtype: str = "float64"):
+    """Modeled time of every plan on every device at every (batch, M, K, N) within its k_max, and the
+    assumptions.  complex128: each product is its real embedding M×2K×2N, multiplied as it is (the fused
+    path's four blocks per plane GEMM), against ZGEMM."""
     eff, notes = _efficiencies(rows, calibration)
     ok = [r for r in rows if r.get("status") == "ok"]
     measured_on = _calibration_device(calibration)
@@ -431,33 +499,42 @@ def _project(plans, devices: Sequence[str], shapes, rows: list[dict], calibratio
     else:
         calibrated = f"{DEVICES[measured_on].name} run" if measured_on else "run on a device without datasheet figures"
     fp64_runs = [r for r in ok if r["method"] == "ozaki" and r["accuracy"] == "fp64"]
-    measured = {(r["engine"], r["m"], r["k"], r["n"]): r["median_s"] for r in fp64_runs}
+    measured = {(r["engine"], *_shape_key(r)[:4]): r["median_s"] for r in fp64_runs}
+    complex_ = dtype == "complex128"
+    parts = 2 if complex_ else 1  # a complex product's K and N in its real embedding
     table, skipped = [], set()
     for name in devices:
         device = DEVICES[name]
         profile = _projected_profile(device, eff)
         for plan in sorted(plans, key=lambda p: (p.digits, p.products, p.name)):
-            for m, k, n in shapes:
-                if k > plan.k_max:
+            for batch, m, k, n in shapes:
+                if parts * k > plan.k_max:
                     continue
-                predicted = cost.predict(profile, m, k, n, digits=plan.digits, planes=plan.products,
-                                         moduli=len(plan.moduli))
+                predicted = cost.predict(profile, m, parts * k, parts * n, digits=plan.digits, planes=plan.products,
+                                         moduli=len(plan.moduli), batch=batch, complex_blocks=4 if complex_ else 0)
                 if predicted is None:
                     skipped.add(f"{plan.digits} on {device.name}")
                     continue
                 model = predicted.total
-                dgemm = cost.dgemm_seconds(profile, m, k, n)
+                native = (cost.zgemm_seconds if complex_ else cost.dgemm_seconds)(profile, m, k, n, batch)
                 table.append({
                     "device": device.name, "plan": plan.name, "digits": plan.digits, "products": plan.products,
-                    "moduli": len(plan.moduli), "m": m, "k": k, "n": n, "model_s": model,
-                    "model_tflops": 2 * m * k * n / model / 1e12, "dgemm_model_s": dgemm, "speedup": dgemm / model,
-                    "measured_s": measured.get((plan.digits, m, k, n)) if name == measured_on else None,
+                    "moduli": len(plan.moduli), "batch": batch, "m": m, "k": k, "n": n, "dtype": dtype,
+                    "model_s": model, "model_tflops": batch * 2 * parts**2 * m * k * n / model / 1e12,
+                    "dgemm_model_s": native, "speedup": native / model,
+                    "measured_s": measured.get((plan.digits, batch, m, k, n)) if name == measured_on else None,
                     "calibration": calibrated,
                 })  # fmt: skip
     notes.append("model: time = products * 2MKN / (efficiency * dense rate of the plan's digits) + bytes / "
                  "(bandwidth efficiency * bandwidth), bytes = 8(MK + KN + MN) + products * (MK + KN) * bytes per "
                  "plane value + 8 * moduli * MN (int32 residue products written and read)")  # fmt: skip
     notes.append("DGEMM: 2MKN / (fp64 efficiency * FP64 rate); same efficiency on every device (an assumption)")
+    if complex_:
+        notes.append("complex128: the model's M, K, N are the real embedding's M, 2K, 2N (all four blocks per plane "
+                     "GEMM, as the fused path runs them); dgemm_model_s is ZGEMM's, 8MKN at the fp64 rate, and "
+                     "model_tflops counts ZGEMM's real flops")  # fmt: skip
+    if any(batch > 1 for batch, *_ in shapes):
+        notes.append("batch: every product's time times the batch (the projection has no fixed costs to share)")
     notes.append("shapes beyond a plan's k_max are left out: that plan cannot run them in one piece")
     notes.append("measured_s: on the device this run measured, its time of the engine named like the plan's digits "
                  "at that shape; the "
@@ -483,14 +560,15 @@ def _plot(rows: list[dict], path: Path) -> str:
     for r in rows:
         if r.get("status") == "ok" and r["m"] == r["k"] == r["n"] and not r["method"].startswith("plane-"):
             label = r["method"] if r["method"] != "ozaki" else f"ozaki {r['engine']} ({r['accuracy']})"
-            lines.setdefault(label, []).append((r["n"], r["tflops"]))
+            batch = f", batch {r['batch']}" if r["batch"] != 1 else ""
+            lines.setdefault(f"{label} {r['dtype']}{batch}", []).append((r["n"], r["tflops"]))
     figure, axes = plt.subplots(figsize=(7, 4.5))
     for label, points in sorted(lines.items()):
         points.sort()
         axes.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
     axes.set_xscale("log", base=2)
     axes.set_xlabel("n (square M = K = N)")
-    axes.set_ylabel("TFLOP/s (2n³ / time)")
+    axes.set_ylabel("TFLOP/s (real flops of the native product / time)")
     axes.grid(True, alpha=0.3)
     axes.legend()
     figure.tight_layout()
@@ -503,14 +581,20 @@ def _plot(rows: list[dict], path: Path) -> str:
 # Command line
 
 
-def _shape_list(text: str) -> tuple[tuple[int, int, int], ...]:
+def _shape_list(text: str) -> tuple[tuple[int, ...], ...]:
+    """MxKxN shapes, or BxMxKxN for a batch of B products."""
     shapes = []
     for item in text.split(","):
         parts = item.lower().split("x")
-        if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
-            raise argparse.ArgumentTypeError(f"shape {item!r} is not MxKxN with positive integers")
+        if len(parts) not in (3, 4) or not all(p.isdigit() and int(p) > 0 for p in parts):
+            raise argparse.ArgumentTypeError(f"shape {item!r} is not MxKxN or BxMxKxN with positive integers")
         shapes.append(tuple(int(p) for p in parts))
     return tuple(shapes)
+
+
+def _shape_text(shape: tuple[int, int, int, int]) -> str:
+    """(B, M, K, N) as the command line writes it: MxKxN for a single product."""
+    return "x".join(map(str, shape if shape[0] != 1 else shape[1:]))
 
 
 _device_list = known_names(tuple(DEVICES), "device")
@@ -522,14 +606,22 @@ def _parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(
         prog="python -m ozaki bench",
-        description="Time and accuracy of ozaki.matmul against the native float64 product (CSV, table, PNG).",
+        description="Time and accuracy of ozaki.matmul against the native product, float64 or complex128, of single "
+                    "products or batches (CSV, table, PNG).",
     )
     add = parser.add_argument
     add("--cpu", action="store_true", help="numpy arrays against numpy's DGEMM (the default without CUDA)")
     add("--sizes", type=int_list,
         help=f"square sizes n (default: CPU {listed(_CPU_SIZES)}; GPU {listed(_GPU_SIZES)} and the GPU --shapes)")
     add("--shapes", type=_shape_list,
-        help=f"rectangular MxKxN shapes (GPU default without --sizes: {listed(_GPU_SHAPES)})")
+        help=f"rectangular MxKxN shapes, or BxMxKxN for a batch of B products (GPU default without --sizes: "
+             f"{listed(_GPU_SHAPES)})")
+    add("--batch", type=positive_int, default=1,
+        help="products per call, (B, M, K) @ (B, K, N), for every --sizes and MxKxN shape; the native side is "
+             "torch's batched matmul (cuBLAS strided-batched DGEMM) (default 1: single 2-D products)")
+    add("--dtype", choices=("float64", "complex128"), default="float64",
+        help="complex128: complex operands, each part's entries as float64's, against the native complex128 "
+             "matmul (cuBLAS ZGEMM on a GPU), with each part's error (default float64)")
     add("--accuracy", type=accuracy_list, help=f"accuracies (default: CPU {listed(_CPU_ACCURACIES)}; GPU fp64)")
     add("--engines", type=known_names(planning.ENGINES, "engine"),
         help=f"engines from {listed(planning.ENGINES)} (default: CPU auto; GPU auto,int8,fp8,fp4)")
@@ -555,7 +647,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.engines = args.engines or (("auto", "int8", "fp8", "fp4") if cuda else ("auto",))
     squares = args.sizes or (_GPU_SIZES if cuda else _CPU_SIZES)
     extra = args.shapes or (_GPU_SHAPES if cuda and args.sizes is None else ())
-    shapes = [(s, s, s) for s in squares] + list(extra)
+    shapes = [(args.batch, s, s, s) for s in squares] + [(args.batch, *s) if len(s) == 3 else s for s in extra]
 
     args.out.mkdir(parents=True, exist_ok=True)
     date = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -573,8 +665,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows, calibration = _run(args, shapes, cuda, save)
     save(rows)
     print(_plot(rows, args.out / f"{name}.png"))
-    print_table(rows, ("m", "k", "n", "method", "accuracy", "engine", "path", "median_s", "model_s", "tflops",
-                       "speedup", "rel_err_max", "comp_err_max", "workspace_ratio", "model_workspace_ratio",
+    # A run of single real products prints the table it always did; a batch or complex products add their columns.
+    batch = ("batch",) if any(shape[0] != 1 for shape in shapes) else ()
+    complex_ = args.dtype == "complex128"
+    dtype, errors = (("dtype",), ("rel_err_max_real", "rel_err_max_imag")) if complex_ else ((), ("rel_err_max",))
+    print_table(rows, (*batch, "m", "k", "n", *dtype, "method", "accuracy", "engine", "path", "median_s", "model_s",
+                       "tflops", "speedup", *errors, "comp_err_max", "workspace_ratio", "model_workspace_ratio",
                        "status"))  # fmt: skip
     if cuda:
         print("workspace_ratio: peak device memory of one call beyond its result over the bytes of A, B and C "
@@ -583,12 +679,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"wrote {args.out / (name + '.csv')}")
 
     if args.project:
-        table, notes = _project(catalog.plans().values(), args.project, shapes, rows, calibration)
+        table, notes = _project(catalog.plans().values(), args.project, shapes, rows, calibration, args.dtype)
         write_csv(args.out / "projection.csv", PROJECTION_COLUMNS, table)
         lines = [f"# Projection ({date}, calibrated on: {device})", "", command, "", "Assumptions:", ""]
         (args.out / "projection.md").write_text("\n".join(lines + [f"- {n}" for n in notes]) + "\n")
         print("\nprojection assumptions:\n" + "\n".join(f"  - {n}" for n in notes))
-        print_table(table, ("device", "plan", "products", "m", "k", "n", "model_s", "model_tflops", "speedup",
-                            "measured_s"))  # fmt: skip
+        print_table(table, ("device", "plan", "products", *batch, "m", "k", "n", *dtype, "model_s", "model_tflops",
+                            "speedup", "measured_s"))  # fmt: skip
         print(f"wrote {args.out / 'projection.csv'} and {args.out / 'projection.md'}")
     return 0 if all(r.get("status", "").startswith(("ok", "skipped")) for r in rows) else 1

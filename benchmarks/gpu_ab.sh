@@ -9,7 +9,10 @@
 #
 #   benchmarks/gpu_ab.sh BASELINE_DIR [SIZES] [SECONDS_PER_BENCH]
 #
-# RUNS (default "gpu-set head base head2") picks the steps, to spread them over calls.
+# RUNS (default "gpu-set head base head2") picks the steps, to spread them over calls; two more
+# steps bench this tree's batches ("batched": BATCHED_SHAPES against torch's batched float64
+# matmul, cuBLAS strided-batched DGEMM) and complex products ("complex": COMPLEX_SIZES and
+# COMPLEX_SHAPES against torch's complex128 matmul, cuBLAS ZGEMM).
 #
 # A baseline tree is `git archive REV | tar -x -C DIR` into a folder that .git/info/exclude
 # ignores, carried with the call.
@@ -42,8 +45,14 @@ fi
 for run in ${runs/gpu-set/}; do
     tree=.
     [ "$run" = base ] && tree=$base
-    (cd "$tree" && timeout $((budget + 120)) python3 -m ozaki bench --sizes "$sizes" --engines auto,int8 \
+    case $run in
+        batched) shapes=(--shapes "${BATCHED_SHAPES:-16x4096x4096x4096,8x8192x8192x8192,256x1024x1024x1024}") ;;
+        complex) shapes=(--dtype complex128 --sizes "${COMPLEX_SIZES:-4096,8192,16384}"
+                         --shapes "${COMPLEX_SHAPES:-4096x65536x4096}") ;;
+        *) shapes=(--sizes "$sizes") ;;
+    esac
+    (cd "$tree" && timeout $((budget + 120)) python3 -m ozaki bench "${shapes[@]}" --engines auto,int8 \
         --accuracy fp64 --phi 0.5 --reps 5 --budget "$budget" --out "$out/$run" > "$out/$run.log" 2>&1)
     echo "== $run ($tree)" | tee -a "$out/summary.txt"
-    awk '/ method /{p=1} p && !/^wrote/' "$out/$run.log" | cut -c1-110 | tee -a "$out/summary.txt"
+    awk '/ method /{p=1} p && !/^wrote/' "$out/$run.log" | cut -c1-150 | tee -a "$out/summary.txt"
 done

@@ -394,12 +394,12 @@ def _float_round(limbs, exponent, RADIX: tl.constexpr, INVERSE_RADIX: tl.constex
 @triton.jit
 def _decode_kernel(
     c_ptr, row_exp_ptr, col_exp_ptr, slack_ptr, out_ptr, flag_ptr, rows, cols, item_rows, stride_cn, stride_cr,
-    stride_cc,
+    stride_cc, stride_ct,
     MODULI: tl.constexpr, WEIGHTS: tl.constexpr, SCALES: tl.constexpr, MODULUS: tl.constexpr, HALF: tl.constexpr,
     NEGATIVE_HALF: tl.constexpr, MODULUS_WORDS: tl.constexpr, MODULUS_PLUS_ONE: tl.constexpr, ONE: tl.constexpr,
     LIMB: tl.constexpr, EVEN: tl.constexpr, SMALL_MODULI: tl.constexpr, FLOAT_ROUND: tl.constexpr,
     RADIX: tl.constexpr, INVERSE_RADIX: tl.constexpr, DIGIT_SCALES: tl.constexpr,
-    EXPONENT_CLAMP: tl.constexpr, SATURATE: tl.constexpr, BLOCK: tl.constexpr,
+    EXPONENT_CLAMP: tl.constexpr, SATURATE: tl.constexpr, KARATSUBA: tl.constexpr, BLOCK: tl.constexpr,
 ):
     # One program: BLOCK consecutive columns of one row (no per-entry division).  The tables
     # are constexprs: they become instruction operands, with no loads and no registers.
@@ -424,10 +424,18 @@ def _decode_kernel(
 
     # 1. Linear CRT: the limb sums of X', one residue at a time (a tuple of 1-D tensors:
     # no padding to a power of two; zero weight limbs cost nothing).
-    c_ptrs = c_ptr + tl.cast(row, tl.int64) * stride_cr + tl.cast(offs_c, tl.int64) * stride_cc
+    if KARATSUBA:
+        # Karatsuba's block products P1, P2, P3 (stride_ct apart) of a complex product: column j
+        # of [Re | Im] is P1 − P2 at j, column half + j is P3 − P1 − P2 at j.
+        half = cols // 2
+        imaginary = offs_c >= half
+        c_ptrs = c_ptr + tl.cast(row, tl.int64) * stride_cr + tl.cast(offs_c - tl.where(imaginary, half, 0),
+                                                                     tl.int64) * stride_cc
+    else:
+        c_ptrs = c_ptr + tl.cast(row, tl.int64) * stride_cr + tl.cast(offs_c, tl.int64) * stride_cc
     # Residues of at most 16 bits (the plane GEMM's) of moduli under 2**16 are worked on in
-    # int32, where c_i -+ m_i cannot wrap; others in int64.
-    SIGNED: tl.constexpr = c_ptr.dtype.element_ty.is_int_signed()
+    # int32, where c_i -+ m_i cannot wrap; others in int64.  Karatsuba's differences are signed.
+    SIGNED: tl.constexpr = c_ptr.dtype.element_ty.is_int_signed() or KARATSUBA
     NARROW: tl.constexpr = (c_ptr.dtype.element_ty.primitive_bitwidth <= 16) and SMALL_MODULI
     # The largest c_i - m_i and the least c_i + m_i: a residue is out of range where the one
     # is >= 0 or the other <= 0 (one min or max per residue, where comparisons and ORs take
@@ -440,6 +448,13 @@ def _decode_kernel(
     sums = ()
     for i in tl.static_range(len(MODULI)):
         residue = tl.load(c_ptrs, mask=mask, other=0).to(above_range.dtype)
+        if KARATSUBA:
+            # Products in [0, m): P1 − P2 lies in (−m, m), P3 − P1 − P2 in (−2m, m), moved by m
+            # into (−m, m) where it is not.
+            second = tl.load(c_ptrs + stride_ct, mask=mask, other=0).to(above_range.dtype)
+            third = tl.load(c_ptrs + 2 * stride_ct, mask=mask & imaginary, other=0).to(above_range.dtype)
+            residue = tl.where(imaginary, third - residue - second, residue - second)
+            residue = tl.where(residue <= -MODULI[i], residue + MODULI[i], residue)
         # An entry with a residue out of range gets a meaningless value, which the launcher
         # never returns (it raises); every shift amount below is clamped, so such an entry
         # cannot fault either.
@@ -715,7 +730,8 @@ def _limb_count(product: int, limb_bits: int) -> int:
     return max(1, -(-product.bit_length() // limb_bits))
 
 
-def _constexprs(moduli: tuple[int, ...], block: int, saturate: bool = False) -> dict[str, object]:
+def _constexprs(moduli: tuple[int, ...], block: int, saturate: bool = False,
+                karatsuba: bool = False) -> dict[str, object]:
     layout = _constants(moduli)
     return dict(MODULI=moduli, WEIGHTS=layout.weights, SCALES=layout.scales, MODULUS=layout.modulus,
                 HALF=layout.half, NEGATIVE_HALF=layout.negative_half, MODULUS_WORDS=layout.modulus_words,
@@ -724,13 +740,14 @@ def _constexprs(moduli: tuple[int, ...], block: int, saturate: bool = False) -> 
                 RADIX=2.0**layout.limb_bits, INVERSE_RADIX=2.0**-layout.limb_bits,
                 DIGIT_SCALES=tuple(2.0 ** (layout.limb_bits * l) for l in range(len(layout.modulus)))
                 if layout.float_round else (),
-                EXPONENT_CLAMP=_EXPONENT_CLAMP, SATURATE=saturate, BLOCK=block)
+                EXPONENT_CLAMP=_EXPONENT_CLAMP, SATURATE=saturate, KARATSUBA=karatsuba, BLOCK=block)
 
 
 def decode_residues(c: torch.Tensor, moduli: Sequence[int], row_exponent: torch.Tensor,
                     col_exponent: torch.Tensor, *, block: int = DECODE_BLOCK,
                     num_warps: int = DECODE_WARPS, out: torch.Tensor | None = None,
-                    flag: torch.Tensor | None = None, slack: int | Sequence[int] = 0) -> torch.Tensor:
+                    flag: torch.Tensor | None = None, slack: int | Sequence[int] = 0,
+                    karatsuba: bool = False) -> torch.Tensor:
     """float64 ``[R, C]``: the signed integer Y with ``Y ≡ c[i] (mod moduli[i])`` and
     ``-M/2 < Y < M/2`` (M = prod(moduli)), times ``2**(row_exponent[r] + col_exponent[c])``,
     rounded once to nearest even.  ``c`` is an integer tensor (uint8, int16, int32 or int64,
@@ -754,17 +771,31 @@ def decode_residues(c: torch.Tensor, moduli: Sequence[int], row_exponent: torch.
 
     ``slack``: a bound on |Y − Y_exact| for the exact product Y stands for (0: Y is exact): a
     result that rounds past ±DBL_MAX saturates there unless the exact product certainly
-    overflows (:func:`slack_exponent`)."""
+    overflows (:func:`slack_exponent`).
+
+    ``karatsuba``: c is ``[len(moduli), 3, R, C/2]``, the residues in [0, m) of Karatsuba's
+    products P1 = Ar'·Br', P2 = Ai'·Bi' and P3 = (Ar' + Ai')·(Br' + Bi') of one complex
+    product, and the result is its real embedding's [Re C | Im C], the residues
+    [P1 − P2 | P3 − P1 − P2] decoded in the same pass."""
     if not isinstance(c, torch.Tensor) or c.dtype not in _RESIDUE_DTYPES:
         raise TypeError(f"c must be a uint8, int16, int32 or int64 tensor, got "
                         f"{getattr(c, 'dtype', type(c).__name__)}")
     moduli = tuple(moduli)
     if not moduli:
         raise ValueError("decode needs at least one modulus")
-    if c.dim() != 3 or c.shape[0] != len(moduli):
+    if karatsuba:
+        if c.dim() != 4 or c.shape[:2] != (len(moduli), 3):
+            raise ValueError(f"c has shape {tuple(c.shape)}: Karatsuba's products are [{len(moduli)} moduli, 3, R, C/2]")
+        rows, cols = c.shape[2], 2 * c.shape[3]
+        strides = (c.stride(0), c.stride(2), c.stride(3), c.stride(1))
+    elif c.dim() != 3 or c.shape[0] != len(moduli):
         raise ValueError(f"c has shape {tuple(c.shape)}: expected [{len(moduli)} moduli, R, C]")
-    rows, cols = c.shape[1:]
+    else:
+        rows, cols = c.shape[1:]
+        strides = (*c.stride(), 0)
     items = 1 if col_exponent.dim() == 1 else col_exponent.shape[0]
+    if karatsuba and items != 1:
+        raise ValueError("Karatsuba's products decode one complex product at a time: pass col_exponent of shape (C,)")
     if items < 1 or rows % items:
         raise ValueError(f"col_exponent of shape {tuple(col_exponent.shape)} for {rows} rows: pass ({cols},), or "
                          f"(B, {cols}) for a batch of B products of {rows} // B rows each")
@@ -779,7 +810,7 @@ def decode_residues(c: torch.Tensor, moduli: Sequence[int], row_exponent: torch.
         raise ValueError(f"{len(slacks)} slacks for a batch of {items} products: pass one per product")
     _check_launch(block, num_warps)
     sigmas = tuple(map(slack_exponent, slacks))
-    constexprs = _constexprs(moduli, block, saturate=max(sigmas) >= 0)
+    constexprs = _constexprs(moduli, block, saturate=max(sigmas) >= 0, karatsuba=karatsuba)
     # 2**(64 * words - 2) is above every |Y| already (_within_slack): a larger slack saturates alike.
     words = len(constexprs["HALF"])
     slack_bits = _slack_table(tuple(min(sigma, 64 * words - 2) for sigma in sigmas), c.device)
@@ -799,7 +830,7 @@ def decode_residues(c: torch.Tensor, moduli: Sequence[int], row_exponent: torch.
     flag = flag if collected else new_flag(device)
     launch(_decode_kernel, grid,
         c, row_exponent.contiguous(), col_exponent.contiguous(), slack_bits, out, flag,
-        rows, cols, rows // items, c.stride(0), c.stride(1), c.stride(2), **constexprs, num_warps=num_warps,
+        rows, cols, rows // items, *strides, **constexprs, num_warps=num_warps,
         **ptx.LAUNCH_OPTIONS,
     )
     if not collected:

@@ -50,7 +50,8 @@ from kernels import ptx
 from kernels.crt import ldexp_factors
 from kernels.dispatch import launch
 
-__all__ = ["ENCODE_LAUNCHES", "MAX_MODULUS", "MAX_SHIFT", "compile_kernel", "compile_ptx", "encode_planes"]
+__all__ = ["ENCODE_LAUNCHES", "MAX_MODULUS", "MAX_SHIFT", "compile_kernel", "compile_ptx", "encode_planes",
+           "stores_residues"]
 
 # Rows x K per program, warps per program and the registers a thread may hold (None: as the
 # compiler likes), by the input's unit-stride axis ("k": rows of A; "rows": Bᵀ read in place):
@@ -393,7 +394,7 @@ def shift_range(*shifts: torch.Tensor) -> tuple[int, int]:
 
 
 def encode_planes(x: torch.Tensor, shift: torch.Tensor, encodings: Sequence, side: str, *,
-                  span: tuple[int, int] | None = None, known_finite: bool = False,
+                  span: tuple[int, int] | None = None, known_finite: bool = False, karatsuba: bool = False,
                   block: tuple[int, int] | None = None, num_warps: int | None = None) -> torch.Tensor:
     """Digit planes ``[sum of plane counts, ..., rows, K]`` of the integers
     round(x * 2**shift) (ties to even, one shift per row), for each residue encoding in turn
@@ -408,7 +409,13 @@ def encode_planes(x: torch.Tensor, shift: torch.Tensor, encodings: Sequence, sid
     entry of ``shift`` (:func:`shift_range` of it, or of the shifts it is a block of), and
     ``known_finite=True`` where the caller has made x finite (or drops the planes of an x that
     is not: its inf and nan are encoded as 0), skip them, so that a call queues its work
-    without waiting for the device."""
+    without waiting for the device.
+
+    ``karatsuba``: x is ``[2, rows, K]``, a complex operand's real and imaginary parts scaled by
+    one shift per row (``shift`` ``[2, rows]``, its two halves equal), and the result is
+    ``[planes, 3, rows, K]``: the planes of X_re', X_im' and of (X_re' + X_im') mod m, the
+    operands of Karatsuba's three products, for encodings whose one plane stores the residue
+    itself (:func:`stores_residues`: the int8 plans)."""
     if not isinstance(x, torch.Tensor) or x.dtype != torch.float64:
         raise TypeError(f"x must be a float64 tensor, got {getattr(x, 'dtype', type(x).__name__)}")
     if x.dim() < 2:
@@ -425,11 +432,16 @@ def encode_planes(x: torch.Tensor, shift: torch.Tensor, encodings: Sequence, sid
     if block is not None and (len(block) != 2 or any(b < 1 or b & (b - 1) for b in block)):
         raise ValueError(f"block must be two powers of two (BLOCK_R, BLOCK_K), got {block}")
     tables, powers, float_tiles = _encode_launch(tuple(encodings), side, x.device, lowest, highest)
+    if karatsuba and (x.dim() != 3 or len(x) != 2 or not tables.computed):
+        raise ValueError("Karatsuba's planes take x of shape [2, rows, K] and encodings whose one plane stores the "
+                         f"residue (stores_residues, the int8 plans); got x of shape {tuple(x.shape)} and encodings "
+                         f"{[e.name for e in encodings]}")
 
     (rows, k), items = x.shape[-2:], math.prod(x.shape[:-2])
-    out = torch.empty((tables.plane_count, *x.shape), dtype=tables.out_dtype, device=x.device)
+    out = torch.empty((tables.plane_count, 3 if karatsuba else items, rows, k), dtype=tables.out_dtype,
+                      device=x.device)
     if out.numel() == 0:
-        return out
+        return out if karatsuba else out.view(tables.plane_count, *x.shape)
     # A view for 2-D input and a batch of one leading dimension: Bᵀ is read in place.
     batch = x.reshape(items, rows, k)
     default_block, default_warps, max_registers = ENCODE_LAUNCHES["k" if batch.stride(2) == 1 else "rows"]
@@ -438,21 +450,63 @@ def encode_planes(x: torch.Tensor, shift: torch.Tensor, encodings: Sequence, sid
     block, num_warps = block or default_block, num_warps or default_warps
     # The kernel flags a non-finite entry; finite x never writes the flag, nor is it read then.
     flag = _unwritten_flag(x.device) if known_finite else torch.zeros(1, dtype=torch.int32, device=x.device)
-    shifts, planes = shift.reshape(items, rows).contiguous(), out.view(-1, items, rows, k)
+    shifts = shift.reshape(items, rows).contiguous()
     # A grid's third axis holds at most _GRID_ITEMS programs: a larger batch takes a launch per slice.
     for first in range(0, items, _GRID_ITEMS):
         part = slice(first, first + _GRID_ITEMS)
         grid = (triton.cdiv(rows, block[0]), triton.cdiv(k, block[1]), len(range(items)[part]))
         launch(_encode_kernel, grid,
-            batch[part], shifts[part], powers, tables.plane_start, tables.table, planes[:, part], flag,
-            rows, k, batch.stride(0), batch.stride(1), batch.stride(2), tables.table.stride(0), items * rows * k,
+            batch[part], shifts[part], powers, tables.plane_start, tables.table, out[:, part], flag,
+            rows, k, batch.stride(0), batch.stride(1), batch.stride(2), tables.table.stride(0), out.stride(0),
             MODULI=tables.moduli, BASES=tables.bases, COMPUTED=tables.computed, FLOAT_TILES=float_tiles,
             BLOCK_R=block[0], BLOCK_K=block[1], SPLIT_BITS=_SPLIT_BITS, SMALL_POWER=_SMALL_POWER,
             num_warps=num_warps, maxnreg=max_registers, **ptx.LAUNCH_OPTIONS,
         )
+    if karatsuba:
+        # 2'. The third operand, (X_re' + X_im') mod m, from the planes of the two parts.
+        table = _sum_table(tables.moduli, tables.bases, x.device)
+        launch(_sum_planes_kernel, (triton.cdiv(rows * k, _SUM_BLOCK), len(tables.moduli)),
+               out, table, table[len(tables.moduli):], rows * k, out.stride(0), BLOCK=_SUM_BLOCK, num_warps=4,
+               **ptx.LAUNCH_OPTIONS)
     if not known_finite and int(flag):
         raise ValueError("x holds inf or nan: only finite rows can be scaled to integers")
-    return out
+    return out if karatsuba else out.view(tables.plane_count, *x.shape)
+
+
+def stores_residues(encodings: Sequence, side: str) -> bool:
+    """Whether every encoding's one plane stores the residue itself (every int8 plan), so that
+    the sum of two operands' planes, brought back into the window, is the sum's plane
+    (``encode_planes(..., karatsuba=True)``)."""
+    return _encoding_tables(tuple(encodings), side, torch.device("cpu")).computed
+
+
+# Entries of one plane per program of the sum.
+_SUM_BLOCK = 1024
+
+
+@triton.jit
+def _sum_planes_kernel(planes_ptr, moduli_ptr, bases_ptr, size, stride_plane, BLOCK: tl.constexpr):
+    # Plane g of [planes, 3, rows, K]: item 2 = item 0 + item 1, back into the plane's window
+    # [base, base + m), which -m < base <= 0 reaches from the sum's [2 base, 2 base + 2m - 2]
+    # in one step by m.
+    plane = tl.program_id(1)
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < size
+    first = planes_ptr + plane.to(tl.int64) * stride_plane + offs
+    total = (tl.load(first, mask=mask, other=0).to(tl.int32)
+             + tl.load(first + size, mask=mask, other=0).to(tl.int32))
+    modulus = tl.load(moduli_ptr + plane)
+    base = tl.load(bases_ptr + plane)
+    total = tl.where(total >= base + modulus, total - modulus, total)
+    total = tl.where(total < base, total + modulus, total)
+    tl.store(first + 2 * size, total.to(planes_ptr.dtype.element_ty), mask=mask)
+
+
+@lru_cache(maxsize=32)
+def _sum_table(moduli: tuple[int, ...], bases: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    if not all(-m < base <= 0 for m, base in zip(moduli, bases)):
+        raise ValueError(f"windows {bases} of moduli {moduli}: the sum of planes needs -m < base <= 0")
+    return torch.tensor(moduli + bases, dtype=torch.int32, device=device)
 
 
 def compile_ptx(moduli: Sequence[int], capability: int = 90, operand: str = "a", computed: bool = True,

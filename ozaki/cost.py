@@ -321,23 +321,29 @@ ROW_GRANULE = 128
 BLOCKS_PAST_BUDGET = 8
 
 
-def _phases(k: int, n: int, *, digits: str, planes: int, moduli: int) -> tuple[tuple[float, float], ...]:
+def _phases(k: int, n: int, *, digits: str, planes: int, moduli: int,
+            complex_blocks: int = 0) -> tuple[tuple[float, float], ...]:
     """(bytes held throughout, bytes per row of the block) of the two peaks of one block of
     the streamed product.  B's encoded planes (one byte per value) live throughout.  During
     the plane GEMM: the block's planes of A, the operand copies the GEMM converts both sides
     to (none for int8 planes, which it reads in place; E4M3 or packed E2M1 otherwise) and
     the block's residues, one byte per entry and modulus (``kernels.products.residue_dtype``
     of the catalog's moduli, all at most 2^8).  During the decode: the residues (it writes
-    the block's rows of C in place)."""
+    the block's rows of C in place).
+
+    A complex product's embedding (K and N twice the complex ones) in Karatsuba's three
+    products (``complex_blocks`` 3) holds three K/2-wide operands where the embedding holds
+    two halves: B's planes 3/4 of the embedding's, a row's planes and residues 3/2."""
     copy = 0.0 if digits == "int8" else PLANE_BYTES[digits]
-    residues = RESIDUE_BYTES * moduli * n
+    held, per_row = (0.75, 1.5) if complex_blocks == 3 else (1.0, 1.0)
+    residues = RESIDUE_BYTES * moduli * n * per_row
     return (
-        (planes * k * n * (1.0 + copy), planes * k * (1.0 + copy) + residues),
-        (planes * k * n, residues),
+        (planes * k * n * (1.0 + copy) * held, planes * k * (1.0 + copy) * per_row + residues),
+        (planes * k * n * held, residues),
     )
 
 
-def stream_rows(m: int, k: int, n: int, *, digits: str, planes: int, moduli: int) -> int:
+def stream_rows(m: int, k: int, n: int, *, digits: str, planes: int, moduli: int, complex_blocks: int = 0) -> int:
     """Rows of A per block of the fused path, which streams over blocks of A's rows against
     all of B's planes: the most, in multiples of :data:`ROW_GRANULE` and spread evenly over
     the blocks, whose peak (:func:`workspace_bytes`) stays within :data:`WORKSPACE_BUDGET`
@@ -348,7 +354,8 @@ def stream_rows(m: int, k: int, n: int, *, digits: str, planes: int, moduli: int
         return m
     budget = PLANNED_SHARE * WORKSPACE_BUDGET * 8 * (m * k + k * n + m * n)
     fitting = min((budget - fixed) // per_row for fixed, per_row in _phases(k, n, digits=digits, planes=planes,
-                                                                             moduli=moduli))
+                                                                             moduli=moduli,
+                                                                             complex_blocks=complex_blocks))
     most = int(fitting) // ROW_GRANULE * ROW_GRANULE
     if most < ROW_GRANULE:
         most = -(-m // (BLOCKS_PAST_BUDGET * ROW_GRANULE)) * ROW_GRANULE
@@ -361,13 +368,15 @@ def stream_rows(m: int, k: int, n: int, *, digits: str, planes: int, moduli: int
 
 
 def workspace_bytes(m: int, k: int, n: int, *, digits: str, planes: int, moduli: int,
-                    block_rows: int | None = None) -> int:
+                    block_rows: int | None = None, complex_blocks: int = 0) -> int:
     """Device memory the emulated path holds at its peak beyond A, B and C, streamed over
     blocks of ``block_rows`` rows of A (default: :func:`stream_rows`, the pipeline's choice):
     the larger of the plane GEMM's and the decode's peak of a block (see :func:`_phases`)."""
-    rows = stream_rows(m, k, n, digits=digits, planes=planes, moduli=moduli) if block_rows is None else block_rows
+    rows = (stream_rows(m, k, n, digits=digits, planes=planes, moduli=moduli, complex_blocks=complex_blocks)
+            if block_rows is None else block_rows)
     return round(max(fixed + per_row * min(rows, m)
-                     for fixed, per_row in _phases(k, n, digits=digits, planes=planes, moduli=moduli)))
+                     for fixed, per_row in _phases(k, n, digits=digits, planes=planes, moduli=moduli,
+                                                   complex_blocks=complex_blocks)))
 
 
 def _fitted(points: list[tuple[float, float]]) -> tuple[float, float]:

@@ -100,8 +100,9 @@ def prepare(a: torch.Tensor, b: torch.Tensor, accuracy: Accuracy = "fp64", engin
     # come to light in the same read; the product is then read again from zeroed operands (the
     # rare path pays the read twice, so that the common one reads the device once).
     key = (shape.m, shape.k, shape.n, engine, a.device)
+    # (Not for a complex product, whose planes may take Karatsuba's layout.)
     remembered = (early and accuracy == "fp64" and agreement is ONE_DEVICE and shape.batch == 1
-                  and reading.kernels_available(a.device))
+                  and shape.complex is None and reading.kernels_available(a.device))
     guess = _LAST_PLANS.get(key) if remembered else None
     guess = guess if guess is not None and guess.trusted else None
     pending = reading.start(a, b, accuracy, agreement)
@@ -237,7 +238,8 @@ def _product(call: Call, index: int, a: torch.Tensor, bt: torch.Tensor, extents_
         # 1. Scale: A' = round(diag(2^s) A), B' = round(B diag(2^t)), |A'| ≤ 2^p − 1, |B'| ≤ 2^q − 1.
         shift_a, shift_b = call.shifts[index] if call.shifts else sides_shifts(
             (extents_a.row_max, bits_a, plan.bits_a[0]), (extents_b.row_max, bits_b, plan.bits_b[0]))
-    return _fused_by_row_blocks(a, bt, shift_a, shift_b, moduli, plan.shift_span, plan.slack[index], call.early)
+    return _fused_by_row_blocks(a, bt, shift_a, shift_b, moduli, plan.shift_span, plan.slack[index], call.early,
+                                karatsuba=plan.complex_blocks == 3)
 
 
 # Entries of A, B and C a batch's products bring to the torch stages at a time: each stage is
@@ -348,7 +350,7 @@ def _banded(a: torch.Tensor, bt: torch.Tensor, bits_a: torch.Tensor, bits_b: tor
 
 def _fused_by_row_blocks(a: torch.Tensor, bt: torch.Tensor, shift_a: torch.Tensor, shift_b: torch.Tensor,
                          plan: Moduli, span: tuple[int, int] | None, slack: int,
-                         early: EarlyPlanes | None = None) -> torch.Tensor:
+                         early: EarlyPlanes | None = None, *, karatsuba: bool = False) -> torch.Tensor:
     """Stages 2–5 with Triton, streamed over blocks of ``cost.stream_rows`` rows of A so that
     the workspace stays within ``cost.WORKSPACE_BUDGET`` wherever it can: B's planes are encoded once;
     each block is encoded, multiplied against all of B's planes and decoded into its rows of C.
@@ -361,13 +363,40 @@ def _fused_by_row_blocks(a: torch.Tensor, bt: torch.Tensor, shift_a: torch.Tenso
     B before any block; the encode is elementwise given a row's shift, so a block's planes
     are those rows of A's planes; each plane GEMM returns the exact integer
     Σ_k A'_ik·B'_kj mod m_i whatever M, tile, config or K chunk (kernels.products); and the
-    decode rounds each entry from its own residues and exponents."""
+    decode rounds each entry from its own residues and exponents.
+
+    ``karatsuba``: A (M, 2K') = [Ar Ai] and Bᵀ (2N', 2K') = [[Brᵀ, −Biᵀ], [Biᵀ, Brᵀ]] are a
+    complex product's real embedding whose columns j and N' + j of B share their shift (the
+    plan's ``complex_blocks`` is 3); each side is encoded as Karatsuba's three K'-wide
+    operands (``kernels.residues.encode_planes``), multiplied as a batch of three, and the
+    decode forms [P1 − P2 | P3 − P1 − P2]: the embedding's residues, so the same bits."""
     (m, k), n = a.shape, bt.shape[0]
     device, encodings = a.device, plan.encodings
-    rows = _block_rows(m, k, n, plan)
-    # Tuned before B's planes exist: the tuner's first run times operands as large as a block's.
-    config = _plane_config(encodings, min(rows, m), n, k, device)
+    rows = _block_rows(m, k, n, plan, karatsuba)
     encode = _encoder(encodings, span)
+    half_k, half_n = k // 2, n // 2
+
+    def encode_a(block: slice) -> torch.Tensor:
+        if karatsuba:  # the planes of Ar, Ai and Ar + Ai of the block's rows
+            return encode(a[block].view(-1, 2, half_k).transpose(0, 1), shift_a[block].expand(2, -1), "a",
+                          karatsuba=True)
+        return encode(a[block], shift_a[block], "a")
+
+    def encode_b() -> torch.Tensor:
+        if karatsuba:  # the planes of Br, Bi and Br + Bi (Bᵀ's top half of columns, read in place)
+            return encode(bt[:, :half_k].reshape(2, half_n, half_k), shift_b.view(2, half_n), "b", karatsuba=True)
+        return encode(bt, shift_b, "b")
+
+    if karatsuba:
+        # Karatsuba's operands need one shift for both columns of a pair: checked after the
+        # last decode, where the device is waited for anyway.
+        unshared = shift_b[:half_n].ne(shift_b[half_n:]).any()
+        # The tuner times the three block products; the early planes are the embedding's.
+        config = _plane_config(encodings, min(rows, m), half_n, half_k, device)
+        early = None
+    else:
+        # Tuned before B's planes exist: the tuner's first run times operands as large as a block's.
+        config = _plane_config(encodings, min(rows, m), n, k, device)
     if early is not None and early.moduli is plan:
         # 2. Residues of B and of the first block, queued while the plan's read was in flight.
         planes_b, first_block = early.take()
@@ -375,7 +404,7 @@ def _fused_by_row_blocks(a: torch.Tensor, bt: torch.Tensor, shift_a: torch.Tenso
         first_block = None
         with stage("encode", device):
             # 2. Residues: B'_i = B' mod m_i as each modulus' digit planes, once (Bᵀ read in place).
-            planes_b = encode(bt, shift_b, "b")
+            planes_b = encode_b()
     # Queued behind B's encode, so that the device starts on it first.
     row_exponent, col_exponent = -shift_a, -shift_b
     c = torch.empty((m, n), dtype=torch.float64, device=device)
@@ -387,7 +416,7 @@ def _fused_by_row_blocks(a: torch.Tensor, bt: torch.Tensor, shift_a: torch.Tenso
         else:
             with stage("encode", device):
                 # 2. Residues: A'_i = A' mod m_i for the block's rows, straight from float64.
-                planes_a = encode(a[block], shift_a[block], "a")
+                planes_a = encode_a(block)
         with stage("products", device):
             # 3. Products: C'_i = A'_i · B'_i mod m_i, each exact, all moduli in one launch.
             block_residues = encoded_modular_matmul(planes_a, planes_b, encodings, config=config)
@@ -397,10 +426,13 @@ def _fused_by_row_blocks(a: torch.Tensor, bt: torch.Tensor, shift_a: torch.Tenso
         with stage("decode", device):
             # 4–5. CRT and unscale: C = diag(2^-s) C' diag(2^-t), rounded once.
             crt_kernels.decode_residues(block_residues, plan.moduli, row_exponent[block], col_exponent, out=c[block],
-                                        flag=flag, slack=slack)
+                                        flag=flag, slack=slack, karatsuba=karatsuba)
         del block_residues
     # The decodes' checks (the capacity the plan guaranteed), read once, after the last block.
     crt_kernels.raise_for_flag(flag)
+    if karatsuba and bool(unshared):
+        raise RuntimeError("a complex product planned in Karatsuba's form has columns j and N + j of B scaled by "
+                           "different shifts: its plan should have kept the embedding's four blocks")
     return c
 
 
@@ -464,9 +496,10 @@ def fused_residues(a: torch.Tensor, bt: torch.Tensor, shift_a: torch.Tensor, shi
         return encoded_modular_matmul(planes_a, planes_b, plan.encodings, config=config)
 
 
-def _block_rows(m: int, k: int, n: int, moduli: Moduli) -> int:
+def _block_rows(m: int, k: int, n: int, moduli: Moduli, karatsuba: bool = False) -> int:
     """Rows of A per block of the fused path (``cost.stream_rows``)."""
-    return cost.stream_rows(m, k, n, digits=moduli.engine, planes=moduli.planes, moduli=len(moduli.moduli))
+    return cost.stream_rows(m, k, n, digits=moduli.engine, planes=moduli.planes, moduli=len(moduli.moduli),
+                            complex_blocks=3 if karatsuba else 0)
 
 
 def _encoder(encodings: tuple[Encoding, ...], span: tuple[int, int] | None):
@@ -475,8 +508,8 @@ def _encoder(encodings: tuple[Encoding, ...], span: tuple[int, int] | None):
     are finite (ozaki.planning zeroes NaN and ±inf, which the frontend overlays after).  Those
     :func:`_early_encodes` takes before the read may not be; a plan that finds NaN or ±inf drops
     their planes (the encode reads such an entry as 0, so it stays in bounds)."""
-    return lambda x, shift, side: residue_kernels.encode_planes(x, shift, encodings, side, span=span,
-                                                                known_finite=True)
+    return lambda x, shift, side, karatsuba=False: residue_kernels.encode_planes(
+        x, shift, encodings, side, span=span, known_finite=True, karatsuba=karatsuba)
 
 
 def _plane_config(encodings: tuple[Encoding, ...], m: int, n: int, k: int, device: torch.device):

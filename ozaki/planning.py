@@ -22,6 +22,7 @@ from typing import Callable, NamedTuple, Union
 
 import torch
 
+from kernels import residues as residue_kernels
 from kernels.float64 import FRACTION_BITS, MAX_EXPONENT, MIN_NORMAL_EXPONENT, SIGNIFICAND_BITS
 
 from . import accuracy as fp64_rule
@@ -281,7 +282,7 @@ def native_verdict(shape: Shape, accuracy: Accuracy, engine: str, profile: cost.
     if moduli is None:
         return _general_verdict(profile, m, k, n, shape.batch, shape.complex, shape.device.type)
     if complex_blocks is None:
-        complex_blocks = _complex_blocks(shape.complex, moduli, shape.device)
+        complex_blocks = _complex_blocks(shape.complex, moduli, shape.device, shape.batch)
     return cost.verdict(profile, m, k, n, digits=moduli.engine, planes=moduli.planes, moduli=len(moduli.moduli),
                         batch=shape.batch, complex_blocks=complex_blocks)
 
@@ -294,20 +295,27 @@ def _general_verdict(profile: cost.Profile, m: int, k: int, n: int, batch: int, 
     device = torch.device(device_type)
     moduli = moduli_for("auto", k, crt_capacity(k, SIGNIFICAND_BITS, SIGNIFICAND_BITS), device)
     return cost.verdict(profile, m, k, n, digits=moduli.engine, planes=moduli.planes, moduli=len(moduli.moduli),
-                        batch=batch, complex_blocks=_complex_blocks(complex, moduli, device))
+                        batch=batch, complex_blocks=_complex_blocks(complex, moduli, device, batch))
 
 
-def _complex_blocks(complex: str | None, moduli: Moduli, device: torch.device, banded: bool = False,
+def _complex_blocks(complex: str | None, moduli: Moduli, device: torch.device, batch: int, banded: bool = False,
                     same_shifts: bool = True) -> int:
     """With both operands complex, the block products per plane GEMM of the embedding
-    (:attr:`ProductPlan.complex_blocks`); 0 otherwise.  Karatsuba's three run in the torch
-    stages (ozaki.pipeline), which take them where columns j and N/2 + j of B share their
-    shift (``same_shifts``); the fused path and exponent bands (``banded``) multiply the
-    embedding as it is, four."""
+    (:attr:`ProductPlan.complex_blocks`); 0 otherwise.  Karatsuba's three need columns j and
+    N/2 + j of B to share their shift (``same_shifts``), so that Br' + Bi' lies on one grid.
+    The torch stages (ozaki.pipeline) take them then; the fused path takes them for one
+    product whose planes store the residues themselves (the int8 plans: the sum of two
+    operands' planes is then the sum's plane, ``kernels.residues.stores_residues``).  Exponent
+    bands (``banded``), a fused batch and planes of digits multiply the embedding as it is,
+    four."""
     if complex != COMPLEX_BOTH:
         return 0
-    fused = moduli.encodings is not None and reading.kernels_available(device)
-    return 3 if not banded and not fused and same_shifts else 4
+    if banded or not same_shifts:
+        return 4
+    if moduli.encodings is None or not reading.kernels_available(device):
+        return 3
+    karatsuba = batch == 1 and all(residue_kernels.stores_residues(moduli.encodings, side) for side in "ab")
+    return 3 if karatsuba else 4
 
 
 def device_profile(device: torch.device) -> cost.Profile | None:
@@ -373,7 +381,7 @@ def plan_for_statistics(shape: Shape, statistics: Statistics, accuracy: Accuracy
     # "exact" and b bits keep a function of that width, and so does "fp64" once its rows are
     # widened to (P, Q).  Rows kept at the read's "fp64" level may differ: the level reads |A||B|
     # column by column.
-    complex_blocks = _complex_blocks(shape.complex, moduli, shape.device, banded=split is not None,
+    complex_blocks = _complex_blocks(shape.complex, moduli, shape.device, shape.batch, banded=split is not None,
                                      same_shifts=accuracy != "fp64" or None not in widen_to)
     # The shape alone did not send the call to DGEMM; the moduli these data need may.
     verdict = native_verdict(shape, accuracy, engine, profile, moduli, complex_blocks)

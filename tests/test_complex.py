@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_matmul_exact import ENGINES
 from test_matmul_fp64 import _FP64_BOUNDS, _OVERFLOW, HALF_SUBNORMAL_ULP, U, _violations
-from test_pipeline import fused_path  # noqa: F401  (a fixture)
+from test_pipeline import _triton_launches, fused_path  # noqa: F401  (a fixture)
 
 import ozaki
 from ozaki import operands, pipeline, planning
@@ -188,13 +188,23 @@ def test_every_engine_returns_the_same_bits(accuracy):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("accuracy", ["fp64", "exact"])
-def test_the_fused_path_gives_the_torch_stages_bits(fused_path, accuracy):  # noqa: F811
-    # The fused kernels multiply the embedding's four blocks, the torch stages Karatsuba's three.
-    a, b = _case("mixed", 40)
+@pytest.mark.parametrize(("case", "accuracy", "engine", "blocks"), [
+    ("phi", "fp64", "int8", 3), ("phi", "exact", "int8", 3), ("subnormal", 20, "int8", 3),
+    ("mixed", "fp64", "int8", 4), ("phi", "exact", "fp8", 4),
+])  # fmt: skip
+def test_the_fused_path_gives_the_torch_stages_bits(fused_path, monkeypatch, case, accuracy, engine,  # noqa: F811
+                                                     blocks):
+    # The fused kernels run Karatsuba's three block products where the planes store the
+    # residues (int8), the embedding's four blocks otherwise (digit planes; exponent bands,
+    # which "mixed" needs): the torch stages' bits either way.
+    a, b = _case(case, 40)
     want = ozaki.matmul(a, b, accuracy=accuracy, engine="reference")
-    got = fused_path(a, b, accuracy=accuracy, engine="int8")
+    launches = _triton_launches(monkeypatch)
+    got = fused_path(a, b, accuracy=accuracy, engine=engine)
     _assert_same_complex_bits(got, want)
+    if not torch.cuda.is_available():  # the fused path's plan is on the CPU tensors here
+        assert ozaki.explain(a, b, accuracy=accuracy, engine=engine).complex_blocks == blocks
+    assert launches["_sum_planes_kernel"] == (2 if blocks == 3 else 0)
 
 
 @pytest.mark.parametrize("accuracy", ["fp64", "exact", 20])

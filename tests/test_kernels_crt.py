@@ -264,6 +264,28 @@ def test_a_batch_decodes_each_product_with_its_own_columns_and_slack():
         decode_residues(c, mods, row, col[:, None].expand(3, 2, cols).reshape(6, cols)[:4])
 
 
+@pytest.mark.parametrize("moduli", ["int8-20", "int8-16", "fp4-plan"])
+def test_karatsuba_products_decode_as_the_embeddings_residues(moduli):
+    # P1, P2, P3 in [0, m) (as the plane GEMM stores them) decode as [P1 − P2 | P3 − P1 − P2]
+    # mod m: every residue class in both parts, including P3 − P1 − P2 down to −2(m − 1).
+    mods = MODULI[moduli]
+    rng = random.Random(moduli)
+    rows, half = 3, 37
+    three = torch.tensor([[[[rng.randrange(m) for _ in range(half)] for _ in range(rows)] for _ in range(3)]
+                          for m in mods], dtype=torch.uint8 if max(mods) <= 256 else torch.int32, device=DEVICE)
+    three[:, 2, 0, :3] = 0
+    three[:, :2, 0, :3] = (torch.tensor(mods, device=DEVICE) - 1).to(three.dtype)[:, None, None]
+    m = torch.tensor(mods, dtype=torch.int64, device=DEVICE)[:, None, None]
+    p1, p2, p3 = three.long().unbind(1)
+    embedding = torch.remainder(torch.cat([p1 - p2, p3 - p1 - p2], dim=-1), m)
+    row = torch.tensor([-5, 0, 9], dtype=torch.int64, device=DEVICE)
+    col = torch.tensor([rng.randrange(-40, 40) for _ in range(2 * half)], dtype=torch.int64, device=DEVICE)
+    got = decode_residues(three, mods, row, col, karatsuba=True)
+    assert same_bits(got, decode_residues(embedding, mods, row, col))
+    with pytest.raises(ValueError, match="Karatsuba's products are"):
+        decode_residues(three[:, :2], mods, row, col, karatsuba=True)
+
+
 @settings(max_examples=20, deadline=None)
 @given(data=st.data(), moduli=st.sampled_from(["fp4-plan", "int8-20", "primes-2^22"]),
        row=st.integers(-1250, 1100), col=st.integers(-100, 100))

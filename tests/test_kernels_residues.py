@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kernels.residues
-from kernels.residues import MAX_MODULUS, MAX_SHIFT, encode_planes, shift_range
+from kernels.residues import MAX_MODULUS, MAX_SHIFT, encode_planes, shift_range, stores_residues
 from ozaki import products
 from kernels.digits import digit_set
 from ozaki.formats import encoding_from_dict
@@ -160,6 +160,26 @@ def test_a_batch_of_transposed_views_is_read_in_place():
     assert got.shape[1:] == bt.shape
     for index in range(len(bt)):
         assert torch.equal(got[:, index], fused(bt[index], bits[index], WIDE, "b"))
+
+
+@pytest.mark.parametrize("side", ["a", "b"])
+def test_karatsuba_planes_are_the_parts_and_their_sum(side):
+    # [2, rows, K] parts of one shift per row (as a complex product's [Ar Ai] rows): the planes
+    # of each part, and of the sum of their integers, which the encodings' planes store.
+    rng = np.random.default_rng(8)
+    parts = rows(rng, (9, 2, 150), "wide").transpose(0, 1)
+    shift = row_shifts(parts.transpose(0, 1).reshape(9, 300), torch.full((9,), 40)).expand(2, 9)
+    got = encode_planes(parts, shift, INT8, side, karatsuba=True)
+    assert got.shape == (len(INT8), 3, 9, 150)
+    alone = [encode_planes(part, shift[0], INT8, side) for part in parts]
+    assert torch.equal(got[:, 0], alone[0]) and torch.equal(got[:, 1], alone[1])
+    scaled = [scale_rows(part, torch.full((9,), 40), shift[0]) for part in parts]
+    sums = residues(scaled[0], [e.modulus for e in INT8]) + residues(scaled[1], [e.modulus for e in INT8])
+    want = torch.cat([products.digit_planes(torch.remainder(sums[i], e.modulus), e, side) for i, e in enumerate(INT8)])
+    assert torch.equal(got[:, 2].long(), want)
+    assert stores_residues(INT8, side) and not stores_residues(FP4, side)
+    with pytest.raises(ValueError, match="Karatsuba's planes take"):
+        encode_planes(parts, shift, FP4, side, karatsuba=True)
 
 
 def _exact_planes(x: torch.Tensor, shift: int, encodings, side: str) -> torch.Tensor:

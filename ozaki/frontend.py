@@ -2,15 +2,17 @@
 
 Arrays go through the emulation as :mod:`ozaki.operands` validates and shapes them; torch
 tensors through the torch operator ``ozaki::matmul`` (:mod:`ozaki.operator`), so that
-autograd, ``torch.func`` and ``torch.compile`` see one product.
+autograd, ``torch.func`` and ``torch.compile`` see one product; arrays of other libraries
+(CuPy, JAX, any that implements DLPack) in place, the product returned in their library
+(:mod:`ozaki.arrays`).
 """
 
 from __future__ import annotations
 
 import torch
 
-from . import operator
-from .operands import emulated, prepare, shape_sends_to_dgemm
+from . import arrays, operator
+from .operands import prepare, shape_sends_to_dgemm
 from .planning import ProductPlan
 
 __all__ = ["explain", "matmul"]
@@ -31,11 +33,15 @@ def matmul(a, b, *, accuracy="fp64", engine: str = "auto"):
 
     Parameters
     ----------
-    a, b : array_like or torch.Tensor
+    a, b : array_like, torch.Tensor or an array of a library that implements DLPack
         The operands.  numpy (or array-like) operands give a numpy array, torch tensors a
-        torch tensor on their device.  Integer, boolean and lower-precision float inputs are
-        promoted to float64 (integers only where float64 holds them exactly, |x| ≤ 2^53),
-        complex64 to complex128.  Read-only arrays are read in place, not copied.
+        torch tensor on their device, arrays of another library (CuPy, JAX, array_api_strict,
+        any with ``__dlpack__``) an array of that library on their device, read in place and
+        multiplied with numpy's rules; JAX arrays also under ``jax.jit``, ``vmap`` and ``grad``
+        (:mod:`ozaki.arrays` gives the rule for mixed operands).  Integer, boolean and
+        lower-precision float inputs are promoted to float64 (integers only where float64 holds
+        them exactly, |x| ≤ 2^53), complex64 to complex128.  Read-only arrays are read in place,
+        not copied.
     accuracy : {"fp64", "exact"} or int, default "fp64"
         ``"fp64"``: DGEMM-level.  The bits kept per row of A and column of B follow from an
         exact lower bound of |A||B| (:mod:`ozaki.accuracy`) so that elementwise
@@ -68,20 +74,23 @@ def matmul(a, b, *, accuracy="fp64", engine: str = "auto"):
 
     Returns
     -------
-    numpy.ndarray or torch.Tensor
+    numpy.ndarray, torch.Tensor or another library's array
         The float64 product (complex128 where an operand is complex), of numpy.matmul's shape:
         a numpy array for numpy (or array-like) operands, a tensor on the operands' device where
-        either is a torch tensor.
+        either is a torch tensor, else an array of the first operand of another library, on its
+        device.
 
     Raises
     ------
     TypeError
-        An operand is not numeric.
+        An operand is not numeric; JAX arrays without JAX's 64-bit types; a traced JAX array
+        against a torch tensor or another library's array.
     ValueError
         An unknown ``accuracy`` or ``engine``, a number of bits outside [1, 2098], a scalar
-        operand, shapes that do not match or batch dimensions that do not broadcast, tensors
-        on different devices, or integers beyond 2^53 in magnitude (convert them to float64
-        first, accepting the rounding).
+        operand, shapes that do not match or batch dimensions that do not broadcast, operands
+        on different devices, another library's array that DLPack cannot read in place or
+        that lies on a device other than the CPU and CUDA GPUs, or integers beyond 2^53 in
+        magnitude (convert them to float64 first, accepting the rounding).
 
     Notes
     -----
@@ -128,9 +137,9 @@ def matmul(a, b, *, accuracy="fp64", engine: str = "auto"):
         return torch.matmul(a, b)
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
         # Through the torch operator ozaki::matmul: autograd, torch.func and torch.compile see one
-        # product there.
-        return operator.matmul(a, b, accuracy=accuracy, engine=engine)
-    return emulated(a, b, accuracy, engine).cpu().numpy()
+        # product there.  Another library's array joins it, read in place.
+        return operator.matmul(*arrays.as_operands(a, b), accuracy=accuracy, engine=engine)
+    return arrays.product(a, b, accuracy, engine)
 
 
 def explain(a, b, *, accuracy="fp64", engine: str = "auto") -> ProductPlan:
@@ -141,8 +150,9 @@ def explain(a, b, *, accuracy="fp64", engine: str = "auto") -> ProductPlan:
 
     Parameters
     ----------
-    a, b : array_like or torch.Tensor
-        The operands, as :func:`matmul` takes them.
+    a, b : array_like, torch.Tensor or an array of a library that implements DLPack
+        The operands, as :func:`matmul` takes them (JAX arrays not under a transformation:
+        the plan reads their values).
     accuracy : {"fp64", "exact"} or int, default "fp64"
         As :func:`matmul`'s.
     engine : {"auto", "reference", "int8", "fp8", "fp4"}, default "auto"
@@ -170,6 +180,6 @@ def explain(a, b, *, accuracy="fp64", engine: str = "auto") -> ProductPlan:
     >>> plan.error_bound
     'correctly rounded: |C^ - C| <= u|C| + 2^-1075 (u = 2^-53)'
     """
-    return prepare(a, b, accuracy, engine, early=False).call.plan
+    return prepare(*arrays.as_operands(a, b), accuracy, engine, early=False).call.plan
 
 

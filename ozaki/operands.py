@@ -84,7 +84,9 @@ def as_operand_tensor(x, name: str, device: torch.device | None) -> torch.Tensor
     else:
         array = np.asarray(x)
         if array.dtype.kind not in "biufc":
-            raise TypeError(f"{name} has dtype {array.dtype}; ozaki.matmul takes numeric arrays")
+            raise TypeError(f"{name} ({type(x).__name__}, read as dtype {array.dtype}) holds no numbers: ozaki.matmul takes "
+                            "numpy arrays, torch tensors, arrays of a library that implements DLPack (__dlpack__: CuPy, "
+                            f"JAX, ...) and nested sequences of numbers; convert {name} to one of them")
         if array.ndim == 0:
             raise ValueError(f"{name} is a scalar; matmul needs operands with at least one dimension (use * for scalars)")
         if array.dtype.kind in "iu":

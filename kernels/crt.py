@@ -902,22 +902,22 @@ def _check_launch(block: int, num_warps: int) -> None:
 
 
 def compile_ptx(moduli: Sequence[int], capability: int = 90, *, residues: str = "i32", block: int = DECODE_BLOCK,
-                num_warps: int = DECODE_WARPS, aligned: bool = False) -> str:
+                num_warps: int = DECODE_WARPS, aligned: bool = False, karatsuba: bool = False) -> str:
     """PTX of the decode kernel for ``moduli`` on ``sm_<capability>``, compiled without a
     GPU (``residues``: Triton's name of their type, unit column stride).  ``aligned``
     specializes as a launch at n = 16384 does (16-byte aligned data, sizes and strides
     multiples of 16): its loads and stores are then vectors, redistributed through shared
-    memory.  Needs a process without ``TRITON_INTERPRET=1`` (see
-    :func:`kernels.ptx.compile_kernel`)."""
+    memory.  ``karatsuba``: the decode of Karatsuba's three products (:func:`decode_residues`).
+    Needs a process without ``TRITON_INTERPRET=1`` (see :func:`kernels.ptx.compile_kernel`)."""
     return compile_kernel(moduli, capability, residues=residues, block=block, num_warps=num_warps,
-                          aligned=aligned).asm["ptx"]
+                          aligned=aligned, karatsuba=karatsuba).asm["ptx"]
 
 
 def compile_kernel(moduli: Sequence[int], capability: int = 90, *, residues: str = "i32", block: int = DECODE_BLOCK,
-                   num_warps: int = DECODE_WARPS, aligned: bool = False):
+                   num_warps: int = DECODE_WARPS, aligned: bool = False, karatsuba: bool = False):
     """:func:`compile_ptx`'s compiled kernel (its ``asm`` holds the PTX and the cubin)."""
     _check_launch(block, num_warps)
-    constexprs = _constexprs(tuple(moduli), block)
+    constexprs = _constexprs(tuple(moduli), block, karatsuba=karatsuba)
     pointers = {"c_ptr": f"*{residues}", "out_ptr": "*fp64", "flag_ptr": "*i32"}
     signature = {name: pointers.get(name, "*i64" if name.endswith("_ptr") else "i32")
                  for name in _decode_kernel.arg_names if name not in constexprs}

@@ -567,8 +567,8 @@ _PTX_SCRIPT = """
 import json, sys
 from kernels.crt import compile_kernel
 from kernels.ptx import sass_opcodes
-compiled = {name: compile_kernel(moduli, residues=residues, aligned=aligned)
-            for name, (moduli, residues, aligned) in json.loads(sys.argv[1]).items()}
+compiled = {name: compile_kernel(moduli, residues=residues, aligned=aligned, karatsuba=karatsuba)
+            for name, (moduli, residues, aligned, karatsuba) in json.loads(sys.argv[1]).items()}
 json.dump({name: [kernel.asm["ptx"], kernel.metadata.shared, sass_opcodes(kernel)] for name, kernel in compiled.items()},
           open(sys.argv[2], "w"))
 """
@@ -583,12 +583,14 @@ def test_kernel_compiles_for_sm90_with_register_resident_limbs(tmp_path):
     # the plane GEMM writes them), of 23 bits, one limb.  Compiled as
     # a launch at n = 16384 specializes it (aligned, vector loads and stores), the int8
     # decode moves no entry between threads: no shared memory, shuffle or barrier (the
-    # results' stores and the flag's atomic once went through them).
+    # results' stores and the flag's atomic once went through them).  Karatsuba's decode, which
+    # forms its residues from three products, likewise.
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    shapes = {"int8-20": (MODULI["int8-20"], "i32", False), "int8-23": (MODULI["int8-23"], "u8", False),
-              "primes-2^30": (BEYOND_STAGED["primes-2^30"], "i64", False), "three": (MODULI["three"], "i32", False),
-              "int8-16 aligned": (MODULI["int8-16"], "u8", True)}
+    shapes = {"int8-20": (MODULI["int8-20"], "i32", False, False), "int8-23": (MODULI["int8-23"], "u8", False, False),
+              "primes-2^30": (BEYOND_STAGED["primes-2^30"], "i64", False, False),
+              "three": (MODULI["three"], "i32", False, False), "int8-16 aligned": (MODULI["int8-16"], "u8", True, False),
+              "int8-16 karatsuba": (MODULI["int8-16"], "u8", True, True)}
     done = subprocess.run([sys.executable, "-c", _PTX_SCRIPT, json.dumps(shapes), str(tmp_path / "ptx.json")],
                           env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]

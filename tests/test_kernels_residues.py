@@ -369,9 +369,15 @@ from kernels.ptx import registers
 from kernels.residues import compile_kernel, compile_ptx
 from ozaki import catalog
 moduli = [m for m, _ in catalog.plan("fp64-int8-k16384").moduli]
+from kernels.ptx import compile_ptx as compile_any
+from kernels.residues import _sum_planes_kernel
+sum_signature = {"planes_ptr": "*i8", "moduli_ptr": "*i32", "bases_ptr": "*i32", "size": "i32", "stride_plane": "i32",
+                 "BLOCK": "constexpr"}
 json.dump({"ptx": {f"{operand}-{computed}-{float_tiles}": compile_ptx(moduli, 90, operand, computed, float_tiles)
                    for operand in "ab" for computed in (True, False) for float_tiles in (True, False)},
-           "registers": {"b": registers(compile_kernel(moduli, 90, "b"))}},
+           "registers": {"b": registers(compile_kernel(moduli, 90, "b"))},
+           "sum": compile_any(_sum_planes_kernel, sum_signature, {"BLOCK": 1024},
+                              divisible=["planes_ptr", "size", "stride_plane"], num_warps=4)},
           open(sys.argv[1], "w"))
 """
 
@@ -410,3 +416,6 @@ def test_kernel_compiles_for_sm90_to_exact_float_residues(tmp_path):
     _, warps, cap = kernels.residues.ENCODE_LAUNCHES["rows"]
     assert 0 < compiled["registers"]["b"] <= cap, compiled["registers"]
     assert 5 * 32 * warps * cap <= 65536
+    # Karatsuba's third operand: the sum of two planes brought back into the window by selects.
+    assert ".entry _sum_planes_kernel" in compiled["sum"]
+    assert not re.search(r"(div|rem)\.[su]\d+", compiled["sum"]) and ".local" not in compiled["sum"]

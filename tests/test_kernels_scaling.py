@@ -413,9 +413,9 @@ def test_fused_path_keeps_the_torch_stage_one(fused_path, monkeypatch, digits, a
     choose = planning.moduli_for
     monkeypatch.setattr(planning, "moduli_for", lambda *args: asked.append(args[2]) or choose(*args))
 
-    def recorded(a_, bt, shift_a, shift_b, plan, span, slack, early=None):
+    def recorded(a_, bt, shift_a, shift_b, plan, span, slack, early=None, **options):
         asked.append((shift_a, shift_b, span))
-        return fused(a_, bt, shift_a, shift_b, plan, span, slack, early)
+        return fused(a_, bt, shift_a, shift_b, plan, span, slack, early, **options)
 
     monkeypatch.setattr(pipeline, "_fused_by_row_blocks", recorded)
     read = []

@@ -112,11 +112,7 @@ def test_a_product_of_a_batch_has_its_bits_alone(engine, accuracy, broadcast):
     of different scales and spreads here, one B broadcast or a B per product)."""
     if engine != "reference" and not ozaki.catalog.plans_for(engine):
         pytest.skip(f"the catalog has no {engine} plan")
-    rng = np.random.default_rng(17)
-    scales = np.array([1e-100, 1.0, 1e50, 1e-3, 1e200, 1.0])[:, None, None]
-    a = _spread(rng, (6, 9, 40), 2.0) * scales
-    a[3] = _spread(rng, (9, 40), 0.0) * 1e-3
-    b = _spread(rng, (40, 7), 1.0) if broadcast else _spread(rng, (6, 40, 7), 1.0) * scales[::-1]
+    a, b = _batch_of_scales(np.random.default_rng(17), broadcast)
     batch = ozaki.matmul(a, b, accuracy=accuracy, engine=engine)
     alone = np.stack([ozaki.matmul(a[i], b if broadcast else b[i], accuracy=accuracy, engine=engine)
                       for i in range(6)])
